@@ -1,0 +1,106 @@
+// A queue of device work items, run in FIFO order by the stream's own worker
+// thread (the simulated core's execution queue).
+//
+// Error model: an item that throws records a WorkError (which item, its label,
+// the message) and poisons the stream: later compute and copy items are
+// skipped, while marker items (event records and waits) still run so nothing
+// waiting on them hangs. takeError() hands the error to the caller at the next
+// synchronisation point and makes the stream usable again.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace neuron_rt {
+
+class Trace;
+
+enum class ItemKind : uint8_t {
+  kCompute,  // skipped when the stream is poisoned
+  kCopy,     // skipped when the stream is poisoned
+  kMarker,   // always runs (event record / wait)
+};
+
+struct WorkError {
+  int device;
+  int stream;
+  uint64_t seq;
+  std::string label;
+  std::string message;
+};
+
+class Stream {
+ public:
+  using Fn = std::function<void()>;
+
+  Stream(int device, int id, int priority, Trace* trace);
+  ~Stream();  // runs what is queued, then joins the worker
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Queues an item; returns its sequence number (1, 2, ...). `label` must
+  // outlive the process (an operator name, a literal).
+  uint64_t enqueue(const char* label, Fn fn, ItemKind kind = ItemKind::kCompute);
+
+  // Blocks the calling thread until every item queued so far has run.
+  void synchronize();
+  // Blocks until item `seq` has run.
+  void waitFor(uint64_t seq);
+  // True when every item queued so far has run.
+  bool query() const;
+
+  std::optional<WorkError> takeError();
+  bool hasError() const { return poisoned_.load(std::memory_order_acquire); }
+
+  int device() const { return device_; }
+  int id() const { return id_; }
+  int priority() const { return priority_; }
+  uint64_t lastEnqueued() const {
+    return enqueued_.load(std::memory_order_acquire);
+  }
+  uint64_t lastCompleted() const {
+    return completed_.load(std::memory_order_acquire);
+  }
+
+ private:
+  struct Item {
+    uint64_t seq;
+    const char* label;
+    ItemKind kind;
+    Fn fn;
+  };
+
+  void workerLoop();
+  void startWorkerLocked();
+
+  const int device_;
+  const int id_;
+  const int priority_;
+  Trace* trace_;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::deque<Item> queue_;
+  bool worker_sleeping_ = false;
+  bool stop_ = false;
+  std::thread worker_;
+
+  std::atomic<uint64_t> enqueued_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::atomic<int> waiters_{0};
+
+  std::atomic<bool> poisoned_{false};
+  std::mutex error_mu_;
+  std::optional<WorkError> error_;
+};
+
+}  // namespace neuron_rt

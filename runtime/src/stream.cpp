@@ -1,0 +1,144 @@
+#include "neuron_runtime/stream.h"
+
+#include <sched.h>
+
+#include <exception>
+
+#include "neuron_runtime/trace.h"
+
+namespace neuron_rt {
+namespace {
+
+// How long an idle worker keeps polling before it sleeps. Eager PyTorch code
+// queues items a few microseconds apart; polling briefly avoids paying a
+// futex wake-up for each of them.
+constexpr int64_t kIdleSpinNs = 30'000;
+// How long a host thread polls for completion before it sleeps.
+constexpr int64_t kWaitSpinNs = 20'000;
+
+}  // namespace
+
+Stream::Stream(int device, int id, int priority, Trace* trace)
+    : device_(device), id_(id), priority_(priority), trace_(trace) {}
+
+Stream::~Stream() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void Stream::startWorkerLocked() {
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
+  bool wake = false;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    // Workers start on first use so that unused pool streams cost nothing.
+    if (!worker_.joinable()) startWorkerLocked();
+    seq = enqueued_.load(std::memory_order_relaxed) + 1;
+    queue_.push_back(Item{seq, label, kind, std::move(fn)});
+    enqueued_.store(seq, std::memory_order_release);
+    wake = worker_sleeping_;
+  }
+  if (wake) work_cv_.notify_one();
+  return seq;
+}
+
+void Stream::workerLoop() {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (queue_.empty() && !stop_) {
+        lk.unlock();
+        int64_t until = nowNs() + kIdleSpinNs;
+        while (nowNs() < until) {
+          if (enqueued_.load(std::memory_order_acquire) >
+              completed_.load(std::memory_order_relaxed))
+            break;
+          sched_yield();
+        }
+        lk.lock();
+        worker_sleeping_ = true;
+        work_cv_.wait(lk, [this] { return !queue_.empty() || stop_; });
+        worker_sleeping_ = false;
+      }
+      if (queue_.empty()) return;  // stop_ and drained
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    bool skip = item.kind != ItemKind::kMarker &&
+                poisoned_.load(std::memory_order_acquire);
+    int64_t start = trace_ && trace_->enabled() ? nowNs() : 0;
+    if (!skip) {
+      try {
+        item.fn();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> g(error_mu_);
+        if (!error_)
+          error_ = WorkError{device_, id_, item.seq, item.label, e.what()};
+        poisoned_.store(true, std::memory_order_release);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(error_mu_);
+        if (!error_)
+          error_ = WorkError{device_, id_, item.seq, item.label,
+                             "unknown exception"};
+        poisoned_.store(true, std::memory_order_release);
+      }
+    }
+    if (start) {
+      trace_->add(TraceRecord{device_, id_, item.seq, item.label, start,
+                              nowNs(), skip});
+    }
+    // Release captured resources (tensors, buffers) before signalling
+    // completion, so a host that waited can rely on them being dropped.
+    item.fn = nullptr;
+    // seq_cst pairs with the waiter's increment of waiters_ (store then
+    // load on both sides), so a sleeping waiter is never missed.
+    completed_.store(item.seq, std::memory_order_seq_cst);
+    if (waiters_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> g(done_mu_);
+      done_cv_.notify_all();
+    }
+  }
+}
+
+void Stream::waitFor(uint64_t seq) {
+  if (completed_.load(std::memory_order_acquire) >= seq) return;
+  int64_t until = nowNs() + kWaitSpinNs;
+  while (nowNs() < until) {
+    if (completed_.load(std::memory_order_acquire) >= seq) return;
+    sched_yield();
+  }
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::unique_lock<std::mutex> lk(done_mu_);
+    done_cv_.wait(lk, [&] {
+      return completed_.load(std::memory_order_acquire) >= seq;
+    });
+  }
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void Stream::synchronize() { waitFor(enqueued_.load(std::memory_order_acquire)); }
+
+bool Stream::query() const {
+  return completed_.load(std::memory_order_acquire) >=
+         enqueued_.load(std::memory_order_acquire);
+}
+
+std::optional<WorkError> Stream::takeError() {
+  std::lock_guard<std::mutex> g(error_mu_);
+  std::optional<WorkError> e;
+  e.swap(error_);
+  poisoned_.store(false, std::memory_order_release);
+  return e;
+}
+
+}  // namespace neuron_rt

@@ -1,0 +1,56 @@
+"""Builds torch_neuronx._C with CMake + ninja against the installed torch.
+
+Install with `pip install --no-build-isolation -e .` so that the build uses
+the torch already installed (the CPU build) instead of fetching another.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name: str) -> None:
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        target = Path(self.get_ext_fullpath(ext.name)).resolve()
+        # The library is built into the source tree, so that `ninja -C build/ext`
+        # alone refreshes an editable install; setuptools gets a copy.
+        out_dir = ROOT / "torch_neuronx"
+        build_dir = Path(os.environ.get("TORCH_NEURONX_BUILD_DIR", ROOT / "build" / "ext"))
+        build_dir.mkdir(parents=True, exist_ok=True)
+        cfg = [
+            "cmake",
+            "-S",
+            str(ROOT),
+            "-B",
+            str(build_dir),
+            "-G",
+            "Ninja",
+            f"-DPython3_EXECUTABLE={sys.executable}",
+            f"-DTORCH_NEURONX_OUTPUT_DIR={out_dir}",
+            "-DCMAKE_BUILD_TYPE=" + os.environ.get("TORCH_NEURONX_BUILD_TYPE", "Release"),
+        ]
+        subprocess.check_call(cfg)
+        jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 2))
+        subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "_C", "-j", jobs])
+        built = out_dir / target.name
+        if built.resolve() != target:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(built, target)
+
+
+setup(
+    ext_modules=[CMakeExtension("torch_neuronx._C")],
+    cmdclass={"build_ext": CMakeBuild},
+)

@@ -1,0 +1,30 @@
+"""torch-neuronx: a native PyTorch backend for NeuronCore accelerators.
+
+Importing this package (``import torch`` does it through the
+``torch.backends`` entry point) adds the ``neuron`` device: tensors and
+modules move there with ``.to("neuron")`` / ``.neuron()``, and the
+``torch.neuron`` module holds the device API. The runtime itself starts on
+first use, not at import.
+"""
+
+import torch
+
+torch.utils.rename_privateuse1_backend("neuron")
+
+from . import _C  # noqa: E402  (registers the backend with c10/ATen)
+from . import device_module  # noqa: E402
+from .device_module import *  # noqa: E402,F401,F403
+from .device_module import __all__ as _device_api  # noqa: E402
+from .op_stats import clear_op_stats, get_executed_ops, get_fallback_ops  # noqa: E402
+
+torch._register_device_module("neuron", device_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+
+__all__ = list(_device_api) + ["get_executed_ops", "get_fallback_ops", "clear_op_stats"]
+__version__ = "0.1.0"
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing is the work."""

@@ -1,0 +1,130 @@
+#include "aten/copy.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <memory>
+#include <stdexcept>
+
+#include <neuron_runtime/event.h>
+
+#include "aten/cpu_alias.h"
+#include "core/device.h"
+#include "core/stream.h"
+
+namespace torch_neuronx {
+namespace {
+
+constexpr auto PrivateUse1 = c10::DeviceType::PrivateUse1;
+
+bool isNeuron(const at::Tensor& t) { return t.device().type() == PrivateUse1; }
+
+// Runs dst.copy_(src) on CPU aliases inside a work item.
+std::function<void()> copyItem(std::shared_ptr<AliasSet> keep, at::Tensor dst,
+                               at::Tensor src) {
+  return [keep, dst, src]() mutable {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    try {
+      dst.copy_(src);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  };
+}
+
+}  // namespace
+
+at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
+                     bool non_blocking) {
+  if (self.numel() == 0) return self;
+  TORCH_CHECK(self.device().is_cpu() || isNeuron(self),
+              "copy_: unsupported destination device ", self.device());
+  TORCH_CHECK(src.device().is_cpu() || isNeuron(src),
+              "copy_: unsupported source device ", src.device());
+  auto aliases = std::make_shared<AliasSet>();
+
+  if (isNeuron(self) && isNeuron(src) &&
+      self.device().index() == src.device().index()) {
+    c10::DeviceIndex d = self.device().index();
+    launch(d, "aten::copy_", copyItem(aliases, aliases->alias(self),
+                                      aliases->alias(src)),
+           neuron_rt::ItemKind::kCopy);
+    return self;
+  }
+
+  if (isNeuron(self) && src.device().is_cpu()) {
+    // Host to device. The host bytes are staged now, so the caller may
+    // reuse its tensor as soon as copy_ returns (CUDA's pageable-memory
+    // behaviour); dtype conversion and broadcasting happen on the device.
+    c10::DeviceIndex d = self.device().index();
+    at::Tensor staged = src.is_pinned() && non_blocking
+                            ? src
+                            : src.clone(at::MemoryFormat::Preserve);
+    launch(d, "copy_host_to_device",
+           copyItem(aliases, aliases->alias(self), staged),
+           neuron_rt::ItemKind::kCopy);
+    return self;
+  }
+
+  if (self.device().is_cpu() && isNeuron(src)) {
+    // Device to host: the item writes straight into the host tensor; unless
+    // non_blocking into pinned memory, the caller waits for it (a sync
+    // point, like .cpu() on CUDA).
+    c10::DeviceIndex d = src.device().index();
+    launch(d, "copy_device_to_host", copyItem(aliases, self, aliases->alias(src)),
+           neuron_rt::ItemKind::kCopy);
+    if (!(non_blocking && self.is_pinned()))
+      synchronizeStream(currentStream(d));
+    return self;
+  }
+
+  // neuron:i -> neuron:j. The copy runs on the destination's current stream
+  // after the source's stream has reached this point; the source's stream
+  // then waits for the copy, so later writes to the source cannot race it.
+  c10::DeviceIndex sd = src.device().index(), dd = self.device().index();
+  c10::Stream src_stream = currentStream(sd), dst_stream = currentStream(dd);
+  neuron_rt::Event ready;
+  ready.record(runtimeStream(src_stream));
+  ready.block(runtimeStream(dst_stream));
+  launchOn(dst_stream, "copy_device_to_device",
+           copyItem(aliases, aliases->alias(self), aliases->alias(src)),
+           neuron_rt::ItemKind::kCopy);
+  neuron_rt::Event done;
+  done.record(runtimeStream(dst_stream));
+  done.block(runtimeStream(src_stream));
+  return self;
+}
+
+at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst,
+                    bool non_blocking) {
+  at::Tensor d = dst;
+  copyInto(d, self, non_blocking);
+  return dst;
+}
+
+at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  at::Tensor d = dst;
+  copyInto(d, self, false);
+  return dst;
+}
+
+c10::Scalar localScalarDense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  c10::DeviceIndex d = self.device().index();
+  auto aliases = std::make_shared<AliasSet>();
+  auto result = std::make_shared<c10::Scalar>();
+  at::Tensor a = aliases->alias(self);
+  launch(d, "aten::_local_scalar_dense", [aliases, a, result] {
+    try {
+      *result = at::_local_scalar_dense(a);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  });
+  synchronizeStream(currentStream(d));
+  return *result;
+}
+
+}  // namespace torch_neuronx

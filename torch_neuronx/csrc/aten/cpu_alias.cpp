@@ -1,0 +1,34 @@
+#include "aten/cpu_alias.h"
+
+#include <c10/core/TensorImpl.h>
+
+namespace torch_neuronx {
+namespace {
+
+void noDelete(void*) {}
+
+}  // namespace
+
+at::Tensor AliasSet::alias(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  c10::StorageImpl* dev_storage = t.storage().unsafeGetStorageImpl();
+  c10::Storage* cpu = nullptr;
+  for (auto& [impl, storage] : cpu_storages_)
+    if (impl == dev_storage) cpu = &storage;
+  if (!cpu) {
+    void* data = const_cast<void*>(t.storage().data());
+    c10::Storage s(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                   c10::DataPtr(data, data, &noDelete, c10::Device(c10::kCPU)),
+                   /*allocator=*/nullptr, /*resizable=*/false);
+    cpu_storages_.emplace_back(dev_storage, std::move(s));
+    keep_alive_.push_back(t.storage());
+    cpu = &cpu_storages_.back().second;
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(*cpu), c10::DispatchKeySet(c10::DispatchKey::CPU),
+      t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+}  // namespace torch_neuronx

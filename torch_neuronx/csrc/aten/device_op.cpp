@@ -1,0 +1,478 @@
+#include "aten/device_op.h"
+
+#include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "aten/cpu_alias.h"
+#include "aten/op_stats.h"
+#include "core/device.h"
+#include "core/generator.h"
+#include "core/storage.h"
+#include "core/stream.h"
+
+namespace torch_neuronx {
+namespace {
+
+using c10::IValue;
+constexpr auto PrivateUse1 = c10::DeviceType::PrivateUse1;
+
+bool isNeuron(const at::Tensor& t) {
+  return t.defined() && t.device().type() == PrivateUse1;
+}
+
+// What the dispatcher tells us once per operator.
+struct OpTraits {
+  std::string name;
+  bool meta_missing = false;  // Meta kernel absent: always run synchronously
+  bool executed = false;
+  bool tensor_returns_only = true;
+  // Per return: index of the argument it aliases (-1 fresh), and whether the
+  // alias is a write (in-place / out=) or a view.
+  std::vector<int> alias_arg;
+  std::vector<bool> alias_write;
+  std::vector<bool> arg_is_out;
+};
+
+std::mutex g_traits_mu;
+std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpTraits>>
+    g_traits;
+
+OpTraits& traitsFor(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
+  std::lock_guard<std::mutex> g(g_traits_mu);
+  auto& slot = g_traits[&schema];
+  if (slot) return *slot;
+  slot = std::make_unique<OpTraits>();
+  OpTraits& t = *slot;
+  t.name = schema.operator_name().name;
+  if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
+  const auto& args = schema.arguments();
+  for (const auto& a : args) t.arg_is_out.push_back(a.is_out());
+  for (const auto& r : schema.returns()) {
+    const auto& type = r.type();
+    bool tensorish = type->kind() == c10::TypeKind::TensorType ||
+                     (type->kind() == c10::TypeKind::ListType &&
+                      type->containedType(0)->kind() ==
+                          c10::TypeKind::TensorType);
+    if (!tensorish) t.tensor_returns_only = false;
+    int alias = -1;
+    bool write = false;
+    if (const c10::AliasInfo* ai = r.alias_info()) {
+      for (size_t j = 0; j < args.size(); ++j) {
+        const c10::AliasInfo* aj = args[j].alias_info();
+        if (aj && aj->beforeSets() == ai->beforeSets()) {
+          alias = static_cast<int>(j);
+          write = ai->isWrite();
+          break;
+        }
+      }
+    }
+    t.alias_arg.push_back(alias);
+    t.alias_write.push_back(write);
+  }
+  return t;
+}
+
+// Finds the device of the op and enforces PyTorch's same-device rule: CPU
+// tensors are allowed only as 0-dim scalars.
+class DeviceCheck {
+ public:
+  void tensor(const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (isNeuron(t)) {
+      c10::DeviceIndex idx = t.device().index();
+      if (device_ < 0) {
+        device_ = idx;
+      } else if (device_ != idx) {
+        fail(neuronDevice(device_), t.device());
+      }
+    } else if (t.device().is_cpu() && t.dim() == 0) {
+      // CPU scalars mix freely, as on CUDA.
+    } else {
+      other_ = t.device();
+    }
+  }
+  void device(const c10::Device& d) {
+    if (d.type() == PrivateUse1 && device_ < 0)
+      device_ = d.has_index() ? d.index() : currentDevice();
+  }
+  c10::DeviceIndex finish() {
+    if (device_ < 0) device_ = currentDevice();
+    if (other_) fail(neuronDevice(device_), *other_);
+    return device_;
+  }
+
+ private:
+  [[noreturn]] static void fail(c10::Device a, c10::Device b) {
+    TORCH_CHECK(false,
+                "Expected all tensors to be on the same device, but found at "
+                "least two devices, ",
+                a, " and ", b, "!");
+  }
+  c10::DeviceIndex device_ = -1;
+  std::optional<c10::Device> other_;
+};
+
+// Mirrors neuron tensors as meta tensors, keeping storage sharing.
+class MetaMirror {
+ public:
+  at::Tensor operator()(const at::Tensor& t) {
+    if (!t.defined()) return t;
+    if (!isNeuron(t)) {
+      at::Tensor m = at::empty({}, t.options().device(c10::kMeta));
+      if (t.unsafeGetTensorImpl()->is_wrapped_number())
+        m.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return m;
+    }
+    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    c10::Storage* ms = nullptr;
+    for (auto& [dev, meta] : storages_)
+      if (dev == s) ms = &meta;
+    if (!ms) {
+      storages_.emplace_back(
+          s, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                          c10::GetAllocator(c10::kMeta), /*resizable=*/true));
+      ms = &storages_.back().second;
+    }
+    auto impl = c10::make_intrusive<c10::TensorImpl>(
+        c10::Storage(*ms), c10::DispatchKeySet(c10::DispatchKey::Meta),
+        t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    return at::Tensor(std::move(impl));
+  }
+
+ private:
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> storages_;
+};
+
+template <typename F>
+IValue mapTensors(const IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+      out.push_back(t.has_value() && t->defined()
+                        ? std::optional<at::Tensor>(f(*t))
+                        : std::nullopt);
+    return out;
+  }
+  return v;
+}
+
+template <typename F>
+void forEachTensor(const IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isOptionalTensorList()) {
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+      if (t.has_value()) f(*t);
+  }
+}
+
+IValue mapDevice(const IValue& v, c10::Device to) {
+  if (v.isDevice() && v.toDevice().type() == PrivateUse1) return IValue(to);
+  return v;
+}
+
+// A view of the device tensor `base` with the geometry the Meta kernel gave.
+at::Tensor viewOf(const at::Tensor& base, const at::Tensor& meta_view) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(),
+      meta_view.dtype());
+  impl->set_sizes_and_strides(meta_view.sizes(), meta_view.strides(),
+                              meta_view.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+// A CPU generator for this launch, drawn from the neuron generator (or the
+// device's default one), so random ops are reproducible per seed.
+IValue cpuGenerator(const IValue& v, c10::DeviceIndex device) {
+  at::Generator gen = (v.isGenerator() && v.toGenerator().defined())
+                          ? v.toGenerator()
+                          : defaultGenerator(device);
+  if (gen.device().type() != PrivateUse1) return v;  // a CPU generator
+  std::pair<uint64_t, uint64_t> so;
+  {
+    std::lock_guard<std::mutex> g(gen.mutex());
+    so = gen.get<NeuronGeneratorImpl>()->claim();
+  }
+  return IValue(cpuGeneratorFor(so.first, so.second));
+}
+
+void rethrowPlain(const c10::Error& e) {
+  throw std::runtime_error(e.what_without_backtrace());
+}
+
+// Arguments as the CPU kernel sees them, built on the host at launch.
+struct CpuCall {
+  c10::OperatorHandle op;
+  torch::jit::Stack args;
+  AliasSet aliases;
+  explicit CpuCall(const c10::OperatorHandle& o) : op(o) {}
+};
+
+void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
+                  const c10::FunctionSchema& schema, c10::DeviceIndex device,
+                  bool fresh_out_args, const OpTraits& traits) {
+  call.args.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const IValue& v = args[i];
+    const auto& arg = schema.arguments()[i];
+    if (arg.type()->kind() == c10::TypeKind::OptionalType &&
+        arg.type()->containedType(0)->kind() == c10::TypeKind::GeneratorType) {
+      call.args.push_back(cpuGenerator(v, device));
+      continue;
+    }
+    if (arg.type()->kind() == c10::TypeKind::GeneratorType) {
+      call.args.push_back(cpuGenerator(v, device));
+      continue;
+    }
+    if (fresh_out_args && traits.arg_is_out[i] && v.isTensor()) {
+      call.args.push_back(at::empty({0}, v.toTensor().options().device(c10::kCPU)));
+      continue;
+    }
+    IValue mapped = mapTensors(v, [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined() || isNeuron(t)) return call.aliases.alias(t);
+      return t.clone();  // CPU scalar: snapshot its value now
+    });
+    call.args.push_back(mapDevice(mapped, c10::Device(c10::kCPU)));
+  }
+}
+
+void runCpu(CpuCall& call) {
+  // Device work never records autograd history.
+  at::AutoDispatchBelowADInplaceOrView guard;
+  try {
+    call.op.callBoxed(call.args);
+  } catch (const c10::Error& e) {
+    rethrowPlain(e);
+  }
+}
+
+// Synchronous path: runs the CPU kernel in a work item, waits, and places
+// the results in device memory.
+void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
+                      torch::jit::Stack* stack, std::vector<IValue> args,
+                      c10::DeviceIndex device) {
+  const auto& schema = op.schema();
+  auto call = std::make_shared<CpuCall>(op);
+  buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/true, traits);
+  launch(device, traits.name.c_str(), [call] { runCpu(*call); });
+  synchronizeStream(currentStream(device));
+  torch::jit::Stack& results = call->args;
+  const size_t nret = schema.returns().size();
+  TORCH_INTERNAL_ASSERT(results.size() == nret);
+
+  // Device outputs for fresh CPU results, filled by a copy item.
+  auto copies = std::make_shared<std::vector<std::pair<at::Tensor, at::Tensor>>>();
+  AliasSet out_aliases;
+  auto place = [&](const at::Tensor& cpu_result) -> at::Tensor {
+    if (!cpu_result.defined()) return cpu_result;
+    at::Tensor out = emptyContiguous(cpu_result.sizes(),
+                                     cpu_result.scalar_type(), device);
+    copies->emplace_back(out_aliases.alias(out), cpu_result);
+    return out;
+  };
+  std::vector<IValue> outs;
+  for (size_t i = 0; i < nret; ++i) {
+    IValue r = results[i];
+    int a = traits.alias_arg[i];
+    if (a >= 0 && r.isTensor()) {
+      at::Tensor dst = args[a].toTensor();
+      if (traits.arg_is_out[a]) {
+        // out= argument: it got a fresh CPU tensor; size and fill the real one.
+        at::Tensor cpu = r.toTensor();
+        if (dst.sizes() != cpu.sizes()) dst.resize_(cpu.sizes());
+        copies->emplace_back(out_aliases.alias(dst), cpu);
+      }
+      outs.push_back(dst);
+    } else {
+      outs.push_back(mapTensors(r, place));
+    }
+  }
+  if (!copies->empty()) {
+    auto keep = std::make_shared<std::vector<c10::Storage>>(
+        std::move(out_aliases.keepAlive()));
+    launch(device, "copy_results", [copies, keep] {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      for (auto& [dst, src] : *copies) dst.copy_(src);
+    });
+  }
+  torch::jit::drop(*stack, args.size());
+  for (auto& o : outs) stack->push_back(std::move(o));
+}
+
+}  // namespace
+
+void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                      torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  OpTraits& traits = traitsFor(op);
+  const size_t nargs = schema.arguments().size();
+  std::vector<IValue> args(stack->end() - nargs, stack->end());
+
+  DeviceCheck check;
+  for (size_t i = 0; i < nargs; ++i) {
+    const IValue& v = args[i];
+    if (v.isDevice()) check.device(v.toDevice());
+    if (v.isOptionalTensorList()) {
+      // Index tensors may live on the CPU (as on CUDA): move them over.
+      continue;
+    }
+    forEachTensor(v, [&](const at::Tensor& t) { check.tensor(t); });
+  }
+  c10::DeviceIndex device = check.finish();
+  for (size_t i = 0; i < nargs; ++i) {
+    if (!args[i].isOptionalTensorList()) continue;
+    args[i] = mapTensors(args[i], [&](const at::Tensor& t) -> at::Tensor {
+      if (isNeuron(t)) {
+        check.tensor(t);
+        return t;
+      }
+      return t.to(neuronDevice(device));
+    });
+  }
+  for (size_t i = 0; i < nargs; ++i) {
+    if (!traits.arg_is_out[i] && !(schema.arguments()[i].alias_info() &&
+                                   schema.arguments()[i].alias_info()->isWrite()))
+      continue;
+    forEachTensor(args[i], [&](const at::Tensor& t) {
+      TORCH_CHECK(!t.defined() || isNeuron(t), traits.name,
+                  ": the tensor written to (argument '",
+                  schema.arguments()[i].name(), "') is on ", t.device(),
+                  " but the op runs on neuron:", static_cast<int>(device));
+    });
+  }
+  if (!traits.executed) {
+    traits.executed = true;
+    noteExecuted(traits.name);
+  }
+
+  if (traits.meta_missing || !traits.tensor_returns_only) {
+    runSynchronously(op, traits, stack, std::move(args), device);
+    return;
+  }
+
+  // 1. Output metadata from the Meta kernel.
+  MetaMirror mirror;
+  torch::jit::Stack meta_stack;
+  meta_stack.reserve(nargs);
+  for (const IValue& v : args)
+    meta_stack.push_back(mapDevice(mapTensors(v, mirror), c10::Device(c10::kMeta)));
+  // (meta input, device input) pairs, to map view results back.
+  std::vector<std::pair<at::Tensor, at::Tensor>> inputs;
+  for (size_t j = 0; j < nargs; ++j) {
+    std::vector<at::Tensor> metas, reals;
+    forEachTensor(meta_stack[j], [&](const at::Tensor& t) { metas.push_back(t); });
+    forEachTensor(args[j], [&](const at::Tensor& t) { reals.push_back(t); });
+    for (size_t k = 0; k < metas.size(); ++k)
+      if (metas[k].defined() && isNeuron(reals[k]))
+        inputs.emplace_back(metas[k], reals[k]);
+  }
+  try {
+    op.callBoxed(meta_stack);
+  } catch (const c10::NotImplementedError&) {
+    traits.meta_missing = true;
+    runSynchronously(op, traits, stack, std::move(args), device);
+    return;
+  } catch (...) {
+    // The Meta kernel rejected the inputs or needs the data (a data-dependent
+    // shape; Python meta kernels raise Python errors): the CPU kernel
+    // decides, and raises the user's error if there is one.
+    runSynchronously(op, traits, stack, std::move(args), device);
+    return;
+  }
+
+  // 2. Results: in-place/out= results are the arguments (resized if the Meta
+  // kernel resized them); views take the Meta view's geometry; the rest are
+  // new device tensors.
+  const size_t nret = schema.returns().size();
+  std::vector<IValue> outs(nret);
+  std::vector<int> fresh;  // returns that need a copy from the CPU result
+  bool needs_work = false;
+  for (size_t i = 0; i < nret; ++i) {
+    const IValue& mr = meta_stack[i];
+    int a = traits.alias_arg[i];
+    if (a >= 0 && traits.alias_write[i]) {
+      needs_work = true;
+      const at::Tensor& real = args[a].toTensor();
+      const at::Tensor& m = mr.toTensor();
+      if (real.sizes() != m.sizes()) {
+        real.resize_(m.sizes());
+        if (real.strides() != m.strides())
+          real.unsafeGetTensorImpl()->set_sizes_and_strides(
+              m.sizes(), m.strides(), real.storage_offset());
+      }
+      outs[i] = args[a];
+    } else if (a >= 0) {
+      // View: find the input whose (meta) storage the view shares.
+      auto base_for = [&](const at::Tensor& mv) -> at::Tensor {
+        for (auto& [meta_in, real_in] : inputs)
+          if (meta_in.storage().unsafeGetStorageImpl() ==
+              mv.storage().unsafeGetStorageImpl())
+            return viewOf(real_in, mv);
+        TORCH_INTERNAL_ASSERT(false, traits.name,
+                              ": view result does not alias an input");
+      };
+      outs[i] = mapTensors(mr, base_for);
+    } else {
+      needs_work = true;
+      fresh.push_back(static_cast<int>(i));
+      outs[i] = mapTensors(mr, [&](const at::Tensor& m) -> at::Tensor {
+        if (!m.defined()) return m;
+        return emptyStrided(m.sizes(), m.strides(), m.scalar_type(), device);
+      });
+    }
+  }
+
+  if (needs_work) {
+    // 3. One work item: the CPU kernel over aliases of the device memory.
+    auto call = std::make_shared<CpuCall>(op);
+    buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/false, traits);
+    auto targets = std::make_shared<std::vector<std::pair<int, IValue>>>();
+    for (int i : fresh)
+      targets->emplace_back(
+          i, mapTensors(outs[i], [&](const at::Tensor& t) {
+            return call->aliases.alias(t);
+          }));
+    launch(device, traits.name.c_str(), [call, targets] {
+      runCpu(*call);
+      at::AutoDispatchBelowADInplaceOrView guard;
+      try {
+        for (auto& [i, target] : *targets) {
+          const IValue& result = call->args[i];
+          if (target.isTensor()) {
+            if (target.toTensor().defined())
+              target.toTensor().copy_(result.toTensor());
+          } else {
+            auto dst = target.toTensorList();
+            auto src = result.toTensorList();
+            for (size_t k = 0; k < dst.size(); ++k)
+              if (dst.get(k).defined()) dst.get(k).copy_(src.get(k));
+          }
+        }
+      } catch (const c10::Error& e) {
+        rethrowPlain(e);
+      }
+    });
+  }
+
+  torch::jit::drop(*stack, nargs);
+  for (auto& o : outs) stack->push_back(std::move(o));
+}
+
+}  // namespace torch_neuronx

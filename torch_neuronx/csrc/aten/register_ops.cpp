@@ -1,0 +1,55 @@
+// PrivateUse1 registrations. Thin on purpose: each line binds an ATen
+// operator to the function that implements it; the logic lives in the
+// files named in the includes.
+#include <ATen/ATen.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include "aten/copy.h"
+#include "aten/device_op.h"
+#include "aten/tensor_metadata.h"
+
+namespace torch_neuronx {
+namespace {
+
+at::Tensor& copyOp(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  return copyInto(self, src, non_blocking);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&deviceOpFallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Factories and metadata.
+  m.impl("empty.memory_format", TORCH_FN(emptyMemoryFormat));
+  m.impl("empty_strided", TORCH_FN(emptyStridedOp));
+  m.impl("resize_", TORCH_FN(resizeOp));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(setStorageOffset));
+  m.impl("set_.source_Storage", TORCH_FN(setStorage));
+  m.impl("set_.source_Tensor", TORCH_FN(setTensor));
+  m.impl("set_", TORCH_FN(setEmpty));
+  m.impl("is_set_to", TORCH_FN(isSetTo));
+  m.impl("record_stream", TORCH_FN(recordStreamOp));
+  // Views: metadata only, shared with every strided backend.
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  // Copies and host reads.
+  m.impl("copy_", TORCH_FN(copyOp));
+  m.impl("_copy_from", TORCH_FN(copyFrom));
+  m.impl("_copy_from_and_resize", TORCH_FN(copyFromAndResize));
+  m.impl("_local_scalar_dense", TORCH_FN(localScalarDense));
+}
+
+}  // namespace torch_neuronx

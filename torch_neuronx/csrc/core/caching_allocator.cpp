@@ -1,0 +1,427 @@
+#include "core/caching_allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include <neuron_runtime/event.h>
+
+#include "core/device.h"
+#include "core/stream.h"
+
+namespace torch_neuronx {
+namespace {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kMinBlockSize = 512;
+constexpr size_t kSmallSize = 1 << 20;        // requests up to 1 MiB
+constexpr size_t kSmallSegment = 2 << 20;     // are carved from 2 MiB segments
+constexpr size_t kLargeRounding = 2 << 20;    // large segments: 2 MiB multiples
+constexpr size_t kMinLargeRemainder = 1 << 20;
+
+size_t roundSize(size_t n) {
+  return n < kMinBlockSize ? kMinBlockSize
+                           : (n + kMinBlockSize - 1) / kMinBlockSize *
+                                 kMinBlockSize;
+}
+
+struct Block {
+  c10::DeviceIndex device;
+  c10::StreamId stream;
+  size_t size;
+  size_t requested = 0;
+  char* ptr;
+  bool small;
+  bool allocated = false;
+  Block* prev = nullptr;  // neighbours in the same segment
+  Block* next = nullptr;
+  std::vector<c10::StreamId> stream_uses;  // other streams (record_stream)
+};
+
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+  }
+};
+
+struct DeferredFree {
+  Block* block;
+  std::vector<neuron_rt::Event> events;
+};
+
+class DeviceCache {
+ public:
+  explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
+
+  Block* allocate(size_t nbytes, c10::StreamId stream) {
+    std::unique_lock<std::mutex> lk(mu_);
+    processDeferredLocked();
+    size_t size = roundSize(nbytes);
+    bool small = size <= kSmallSize;
+    auto& pool = small ? small_free_ : large_free_;
+    Block* block = findFreeLocked(pool, size, stream);
+    if (!block) {
+      size_t seg_size =
+          small ? kSmallSegment
+                : (size + kLargeRounding - 1) / kLargeRounding * kLargeRounding;
+      block = newSegmentLocked(seg_size, stream, small);
+      if (!block) {
+        // Give cached, fully free segments back and try once more.
+        stats_.num_alloc_retries++;
+        releaseCachedLocked();
+        block = newSegmentLocked(seg_size, stream, small);
+      }
+      if (!block) {
+        stats_.num_ooms++;
+        throwOutOfMemoryLocked(nbytes);
+      }
+    } else {
+      pool.erase(block);
+    }
+    block = splitLocked(block, size, pool);
+    block->allocated = true;
+    block->requested = nbytes;
+    live_[block->ptr] = block;
+    forEachStat(block->small, [&](int t) {
+      stats_.allocation[t].increase(1);
+      stats_.allocated_bytes[t].increase(block->size);
+      stats_.active[t].increase(1);
+      stats_.active_bytes[t].increase(block->size);
+      stats_.requested_bytes[t].increase(nbytes);
+    });
+    return block;
+  }
+
+  void free(Block* block) {
+    std::lock_guard<std::mutex> g(mu_);
+    live_.erase(block->ptr);
+    forEachStat(block->small, [&](int t) {
+      stats_.allocation[t].decrease(1);
+      stats_.allocated_bytes[t].decrease(block->size);
+      stats_.requested_bytes[t].decrease(block->requested);
+    });
+    if (!block->stream_uses.empty()) {
+      DeferredFree d{block, {}};
+      for (c10::StreamId s : block->stream_uses) {
+        neuron_rt::Event e;
+        e.record(runtimeDevice(device_).stream(static_cast<int>(s)));
+        d.events.push_back(std::move(e));
+      }
+      block->stream_uses.clear();
+      deferred_.push_back(std::move(d));
+      return;
+    }
+    releaseBlockLocked(block);
+  }
+
+  void recordStream(void* ptr, c10::StreamId stream) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(static_cast<char*>(ptr));
+    if (it == live_.end()) return;  // not ours (e.g. a view of a freed block)
+    Block* b = it->second;
+    if (stream == b->stream) return;
+    if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) ==
+        b->stream_uses.end())
+      b->stream_uses.push_back(stream);
+  }
+
+  void emptyCache() {
+    std::lock_guard<std::mutex> g(mu_);
+    processDeferredLocked();
+    releaseCachedLocked();
+  }
+
+  DeviceStats stats() {
+    std::lock_guard<std::mutex> g(mu_);
+    return stats_;
+  }
+  void resetAccumulated() {
+    std::lock_guard<std::mutex> g(mu_);
+    auto reset = [](auto& arr) {
+      for (auto& s : arr) s.reset_accumulated();
+    };
+    reset(stats_.allocation);
+    reset(stats_.segment);
+    reset(stats_.active);
+    reset(stats_.inactive_split);
+    reset(stats_.allocated_bytes);
+    reset(stats_.reserved_bytes);
+    reset(stats_.active_bytes);
+    reset(stats_.inactive_split_bytes);
+    reset(stats_.requested_bytes);
+    stats_.num_alloc_retries = 0;
+    stats_.num_ooms = 0;
+    stats_.num_device_alloc = 0;
+    stats_.num_device_free = 0;
+  }
+  void resetPeak() {
+    std::lock_guard<std::mutex> g(mu_);
+    auto reset = [](auto& arr) {
+      for (auto& s : arr) s.reset_peak();
+    };
+    reset(stats_.allocation);
+    reset(stats_.segment);
+    reset(stats_.active);
+    reset(stats_.inactive_split);
+    reset(stats_.allocated_bytes);
+    reset(stats_.reserved_bytes);
+    reset(stats_.active_bytes);
+    reset(stats_.inactive_split_bytes);
+    reset(stats_.requested_bytes);
+  }
+
+ private:
+  template <typename F>
+  void forEachStat(bool small, F f) {
+    f(static_cast<int>(StatType::AGGREGATE));
+    f(static_cast<int>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL));
+  }
+
+  Block* findFreeLocked(std::set<Block*, BlockOrder>& pool, size_t size,
+                        c10::StreamId stream) {
+    Block key{device_, stream, size, 0, nullptr, false};
+    auto it = pool.lower_bound(&key);
+    if (it == pool.end() || (*it)->stream != stream) return nullptr;
+    // Do not carve a small request out of a very large cached block: that
+    // fragments memory that a later large request would need.
+    if (!(*it)->small && (*it)->size > size * 4 + (64u << 20)) return nullptr;
+    return *it;
+  }
+
+  Block* newSegmentLocked(size_t seg_size, c10::StreamId stream, bool small) {
+    void* p = nullptr;
+    auto& hbm = runtimeDevice(device_).hbm();
+    if (hbm.allocate(seg_size, &p) != neuron_rt::Status::kOk) return nullptr;
+    stats_.num_device_alloc++;
+    forEachStat(small, [&](int t) {
+      stats_.segment[t].increase(1);
+      stats_.reserved_bytes[t].increase(seg_size);
+    });
+    reserved_ += seg_size;
+    return new Block{device_, stream, seg_size, 0, static_cast<char*>(p),
+                     small};
+  }
+
+  Block* splitLocked(Block* block, size_t size,
+                     std::set<Block*, BlockOrder>& pool) {
+    size_t remaining = block->size - size;
+    bool split = block->small ? remaining >= kMinBlockSize
+                              : remaining >= kMinLargeRemainder;
+    if (!split) return block;
+    Block* rest = new Block{device_, block->stream, remaining, 0,
+                            block->ptr + size, block->small};
+    rest->prev = block;
+    rest->next = block->next;
+    if (rest->next) rest->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    pool.insert(rest);
+    return block;
+  }
+
+  // Returns a block that no stream uses any more to its pool, merging it with
+  // free neighbours.
+  void releaseBlockLocked(Block* block) {
+    auto& pool = block->small ? small_free_ : large_free_;
+    block->allocated = false;
+    forEachStat(block->small, [&](int t) {
+      stats_.active[t].decrease(1);
+      stats_.active_bytes[t].decrease(block->size);
+    });
+    for (Block* nb : {block->prev, block->next}) {
+      if (!nb || nb->allocated || pool.count(nb) == 0) continue;
+      pool.erase(nb);
+      if (nb == block->prev) {
+        block->ptr = nb->ptr;
+        block->prev = nb->prev;
+        if (block->prev) block->prev->next = block;
+      } else {
+        block->next = nb->next;
+        if (block->next) block->next->prev = block;
+      }
+      block->size += nb->size;
+      delete nb;
+    }
+    pool.insert(block);
+  }
+
+  void processDeferredLocked() {
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      bool done = std::all_of(it->events.begin(), it->events.end(),
+                              [](const neuron_rt::Event& e) { return e.query(); });
+      if (done) {
+        releaseBlockLocked(it->block);
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Frees every cached segment that is entirely unused.
+  void releaseCachedLocked() {
+    auto& hbm = runtimeDevice(device_).hbm();
+    for (auto* pool : {&small_free_, &large_free_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev || b->next) {
+          ++it;
+          continue;
+        }
+        it = pool->erase(it);
+        hbm.free(b->ptr);
+        stats_.num_device_free++;
+        reserved_ -= b->size;
+        forEachStat(b->small, [&](int t) {
+          stats_.segment[t].decrease(1);
+          stats_.reserved_bytes[t].decrease(b->size);
+        });
+        delete b;
+      }
+    }
+  }
+
+  [[noreturn]] void throwOutOfMemoryLocked(size_t nbytes) {
+    auto& hbm = runtimeDevice(device_).hbm();
+    uint64_t capacity = hbm.capacity();
+    uint64_t free_bytes = capacity - hbm.bytesInUse();
+    uint64_t allocated = static_cast<uint64_t>(
+        stats_.allocated_bytes[static_cast<int>(StatType::AGGREGATE)].current);
+    uint64_t reserved_unused = reserved_ - allocated;
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "neuron out of memory. Tried to allocate ",
+        formatBytes(nbytes), " on neuron:", static_cast<int>(device_),
+        ". neuron:", static_cast<int>(device_), " has a total capacity of ",
+        formatBytes(capacity), " of which ", formatBytes(free_bytes),
+        " is free. Of the allocated memory ", formatBytes(allocated),
+        " is allocated by PyTorch, and ", formatBytes(reserved_unused),
+        " is reserved by PyTorch but unallocated. Free tensors you no longer "
+        "need and call torch.neuron.empty_cache(), or raise the per-core "
+        "capacity with TORCH_NEURONX_HBM_BYTES_PER_CORE.");
+  }
+
+ public:
+  uint64_t reserved() const { return reserved_; }
+
+ private:
+  c10::DeviceIndex device_;
+  std::mutex mu_;
+  std::set<Block*, BlockOrder> small_free_;
+  std::set<Block*, BlockOrder> large_free_;
+  std::unordered_map<char*, Block*> live_;
+  std::vector<DeferredFree> deferred_;
+  DeviceStats stats_;
+  uint64_t reserved_ = 0;
+};
+
+std::mutex g_caches_mu;
+std::vector<std::unique_ptr<DeviceCache>> g_caches;
+
+DeviceCache& cacheFor(c10::DeviceIndex device) {
+  checkDeviceIndex(device);
+  std::lock_guard<std::mutex> g(g_caches_mu);
+  if (g_caches.size() <= static_cast<size_t>(device))
+    g_caches.resize(device + 1);
+  if (!g_caches[device]) g_caches[device] = std::make_unique<DeviceCache>(device);
+  return *g_caches[device];
+}
+
+void deleteBlock(void* ctx) {
+  Block* b = static_cast<Block*>(ctx);
+  cacheFor(b->device).free(b);
+}
+
+}  // namespace
+
+std::string formatBytes(uint64_t bytes) {
+  char buf[64];
+  if (bytes >= (1ull << 30))
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / double(1ull << 30));
+  else if (bytes >= (1ull << 20))
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", bytes / double(1ull << 20));
+  else if (bytes >= (1ull << 10))
+    std::snprintf(buf, sizeof(buf), "%.2f KiB", bytes / double(1ull << 10));
+  else
+    std::snprintf(buf, sizeof(buf), "%llu bytes",
+                  static_cast<unsigned long long>(bytes));
+  return buf;
+}
+
+c10::DataPtr CachingAllocator::allocateOn(c10::DeviceIndex device,
+                                          size_t nbytes) {
+  if (nbytes == 0) return c10::DataPtr(nullptr, neuronDevice(device));
+  c10::StreamId stream = currentStream(device).id();
+  Block* b = cacheFor(device).allocate(nbytes, stream);
+  return c10::DataPtr(b->ptr, b, &deleteBlock, neuronDevice(device));
+}
+
+c10::DataPtr CachingAllocator::allocate(size_t nbytes) {
+  return allocateOn(currentDevice(), nbytes);
+}
+
+c10::DeleterFnPtr CachingAllocator::raw_deleter() const { return nullptr; }
+
+void CachingAllocator::copy_data(void* dest, const void* src,
+                                 std::size_t count) const {
+  // Device-to-device copy of raw storage (Allocator::clone); run as a work
+  // item so it is ordered with the work that produced `src`.
+  c10::DeviceIndex dev = currentDevice();
+  launch(dev, "storage_copy", [=] { std::memcpy(dest, src, count); },
+         neuron_rt::ItemKind::kCopy);
+}
+
+bool CachingAllocator::initialized() { return neuron_rt::Runtime::initialized(); }
+
+void CachingAllocator::emptyCache(c10::MempoolId_t) {
+  if (!neuron_rt::Runtime::initialized()) return;
+  for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
+    // Blocks of in-flight work are released only once that work has run.
+    runtimeDevice(d).synchronize();
+    cacheFor(d).emptyCache();
+  }
+}
+
+void CachingAllocator::recordStream(const c10::DataPtr& ptr,
+                                    c10::Stream stream) {
+  if (!ptr.get() || ptr.get_deleter() != &deleteBlock) return;
+  Block* b = static_cast<Block*>(ptr.get_context());
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "record_stream: expected a neuron stream, got ", stream);
+  cacheFor(b->device).recordStream(ptr.get(), stream.id());
+}
+
+DeviceStats CachingAllocator::getDeviceStats(c10::DeviceIndex device) {
+  return cacheFor(device).stats();
+}
+
+void CachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  cacheFor(device).resetAccumulated();
+}
+
+void CachingAllocator::resetPeakStats(c10::DeviceIndex device) {
+  cacheFor(device).resetPeak();
+}
+
+std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(
+    c10::DeviceIndex device) {
+  auto& hbm = runtimeDevice(device).hbm();
+  return {hbm.capacity() - hbm.bytesInUse(), hbm.capacity()};
+}
+
+CachingAllocator& cachingAllocator() {
+  static CachingAllocator* a = new CachingAllocator();
+  return *a;
+}
+
+}  // namespace torch_neuronx

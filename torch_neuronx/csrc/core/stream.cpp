@@ -1,0 +1,120 @@
+#include "core/stream.h"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/device.h"
+
+namespace torch_neuronx {
+namespace {
+
+constexpr int kMaxDevices = 64;
+using neuron_rt::Device;
+
+thread_local std::array<c10::StreamId, kMaxDevices> tls_current_stream{};
+
+std::array<std::atomic<uint32_t>, kMaxDevices> pool_counter_normal{};
+std::array<std::atomic<uint32_t>, kMaxDevices> pool_counter_high{};
+
+c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, neuronDevice(device), id);
+}
+
+bool readLaunchBlocking() {
+  const char* v = std::getenv("NEURON_LAUNCH_BLOCKING");
+  if (!v || !*v || std::strcmp(v, "0") == 0) return false;
+  TORCH_CHECK(std::strcmp(v, "1") == 0, "invalid NEURON_LAUNCH_BLOCKING='", v,
+              "': expected 0 or 1");
+  return true;
+}
+
+}  // namespace
+
+c10::Stream currentStream(c10::DeviceIndex device) {
+  checkDeviceIndex(device);
+  return makeStream(device, tls_current_stream[device]);
+}
+
+c10::Stream defaultStream(c10::DeviceIndex device) {
+  checkDeviceIndex(device);
+  return makeStream(device, 0);
+}
+
+void setCurrentStream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "expected a neuron stream, got a stream of ", stream.device());
+  checkDeviceIndex(stream.device_index());
+  TORCH_CHECK(stream.id() >= 0 && stream.id() < Device::kNumStreams,
+              "invalid neuron stream id ", stream.id());
+  tls_current_stream[stream.device_index()] = stream.id();
+}
+
+c10::Stream streamFromPool(c10::DeviceIndex device, bool high_priority) {
+  checkDeviceIndex(device);
+  auto& counter =
+      high_priority ? pool_counter_high[device] : pool_counter_normal[device];
+  uint32_t n = counter.fetch_add(1, std::memory_order_relaxed);
+  c10::StreamId id = 1 + static_cast<c10::StreamId>(n % Device::kPoolSize) +
+                     (high_priority ? Device::kPoolSize : 0);
+  return makeStream(device, id);
+}
+
+neuron_rt::Stream& runtimeStream(const c10::Stream& stream) {
+  try {
+    return runtimeDevice(stream.device_index())
+        .stream(static_cast<int>(stream.id()));
+  } catch (const neuron_rt::Error& e) {
+    rethrowRuntimeError(e);
+  }
+}
+
+bool launchBlocking() {
+  static const bool blocking = readLaunchBlocking();
+  return blocking;
+}
+
+void launchOn(const c10::Stream& stream, const char* label,
+              std::function<void()> fn, neuron_rt::ItemKind kind) {
+  neuron_rt::Stream& s = runtimeStream(stream);
+  uint64_t seq = s.enqueue(label, std::move(fn), kind);
+  if (launchBlocking()) {
+    s.waitFor(seq);
+    raisePendingError(stream.device_index());
+  }
+}
+
+void launch(c10::DeviceIndex device, const char* label,
+            std::function<void()> fn, neuron_rt::ItemKind kind) {
+  launchOn(currentStream(device), label, std::move(fn), kind);
+}
+
+void raisePendingError(c10::DeviceIndex device) {
+  auto err = runtimeDevice(device).takeError();
+  if (!err) return;
+  TORCH_CHECK(false, "neuron:", err->device, ": device error in ", err->label,
+              " (work item ", err->seq, " on stream ", err->stream, "): ",
+              err->message,
+              launchBlocking()
+                  ? ""
+                  : "\nDevice errors are reported at the next synchronization "
+                    "point, so the Python stack may point past the failing "
+                    "op; set NEURON_LAUNCH_BLOCKING=1 to raise them at the op "
+                    "itself.");
+}
+
+void synchronizeStream(const c10::Stream& stream) {
+  runtimeStream(stream).synchronize();
+  raisePendingError(stream.device_index());
+}
+
+void synchronizeDevice(c10::DeviceIndex device) {
+  runtimeDevice(device).synchronize();
+  raisePendingError(device);
+}
+
+}  // namespace torch_neuronx
