@@ -7,7 +7,6 @@ import torch
 from .device import _DeviceLike, _index, _lazy_init
 
 
-
 class Stream(torch.Stream):
     """A neuron stream: a queue of device work run in order by its own worker.
 
@@ -19,29 +18,37 @@ class Stream(torch.Stream):
         if "stream_id" in kwargs:
             return super().__new__(cls, **kwargs)
         _lazy_init()
-        return super().__new__(cls, device=torch.device("neuron", _index(device)), priority=priority)
+        dev = torch.device("neuron", _index(device))
+        return super().__new__(cls, device=dev, priority=priority)
 
     def __repr__(self) -> str:
-        return f"<torch_neuronx.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
-
-
-class Event(torch.Event):
-    """A neuron event: marks a point in a stream; can be waited on and timed."""
-
-    def __new__(
-        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
-    ):
-        if interprocess:
-            raise RuntimeError("neuron events cannot be shared between processes")
-        return super().__new__(
-            cls, device="neuron", enable_timing=enable_timing, blocking=blocking
+        return (
+            f"<torch_neuronx.Stream device=neuron:{self.device_index} "
+            f"stream_id={self.stream_id}>"
         )
 
-    def record(self, stream: torch.Stream | None = None) -> None:
-        super().record(current_stream() if stream is None else stream)
 
-    def wait(self, stream: torch.Stream | None = None) -> None:
-        super().wait(current_stream() if stream is None else stream)
+class _EventMeta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "neuron"
+
+
+class Event(metaclass=_EventMeta):
+    """A neuron event: marks a point in a stream; can be waited on and timed.
+
+    ``Event(...)`` returns a plain ``torch.Event`` on the neuron device, not a
+    subclass instance: torch's ``Event.elapsed_time`` and ``Stream.record_event``
+    accept only exact ``torch.Event`` objects. ``record()`` / ``wait()`` without
+    a stream use the current neuron stream; ``isinstance(e, Event)`` is True for
+    any neuron ``torch.Event``.
+    """
+
+    def __new__(  # type: ignore[misc]
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> torch.Event:
+        if interprocess:
+            raise RuntimeError("neuron events cannot be shared between processes")
+        return torch.Event(device="neuron", enable_timing=enable_timing, blocking=blocking)
 
 
 def _wrap(s: torch.Stream) -> Stream:

@@ -1,0 +1,72 @@
+#include "aten/op_args.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/Exception.h>
+
+#include "core/device.h"
+
+namespace torch_neuronx {
+namespace {
+
+[[noreturn]] void mixedDevices(c10::Device a, c10::Device b) {
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at "
+              "least two devices, ",
+              a, " and ", b, "!");
+}
+
+}  // namespace
+
+void DeviceCheck::tensor(const at::Tensor& t) {
+  if (!t.defined()) return;
+  if (isNeuron(t)) {
+    c10::DeviceIndex idx = t.device().index();
+    if (device_ < 0)
+      device_ = idx;
+    else if (device_ != idx)
+      mixedDevices(neuronDevice(device_), t.device());
+  } else if (!(t.device().is_cpu() && t.dim() == 0)) {
+    other_ = t.device();
+  }
+}
+
+void DeviceCheck::device(const c10::Device& d) {
+  if (d.type() == c10::DeviceType::PrivateUse1 && device_ < 0)
+    device_ = d.has_index() ? d.index() : currentDevice();
+}
+
+c10::DeviceIndex DeviceCheck::finish() {
+  if (device_ < 0) device_ = currentDevice();
+  if (other_) mixedDevices(neuronDevice(device_), *other_);
+  return device_;
+}
+
+at::Tensor MetaMirror::operator()(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  if (!isNeuron(t)) {
+    // A CPU scalar: a 0-dim meta tensor, still flagged as a wrapped number
+    // so type promotion treats it the same way.
+    at::Tensor m = at::empty({}, t.options().device(c10::kMeta));
+    if (t.unsafeGetTensorImpl()->is_wrapped_number())
+      m.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return m;
+  }
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  c10::Storage* ms = nullptr;
+  for (auto& [dev, meta] : storages_)
+    if (dev == s) ms = &meta;
+  if (!ms) {
+    storages_.emplace_back(
+        s, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                        c10::GetAllocator(c10::kMeta), /*resizable=*/true));
+    ms = &storages_.back().second;
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(*ms), c10::DispatchKeySet(c10::DispatchKey::Meta),
+      t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,255 @@
+// The fast path for ATen's structured operators (add, mm, sum, softmax, ...).
+//
+// Structured ops come with a C++ meta function (at::meta::<op>) and a CPU
+// out= kernel (at::cpu::<op>_out). Calling both directly skips the
+// dispatcher on both sides: output metadata comes from the C++ meta function
+// (the dispatcher's Meta key is served by slower Python meta kernels for
+// most of these ops), and the work item's CPU kernel writes straight into
+// the preallocated device output — no temporary, no extra copy.
+// Registrations are generated (generated/structured_registrations.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "aten/cpu_alias.h"
+#include "aten/op_args.h"
+#include "aten/op_stats.h"
+#include "core/storage.h"
+#include "core/stream.h"
+
+namespace torch_neuronx::structured {
+
+// How each C++ argument type is checked, mirrored for the meta function,
+// held by the work item, and passed to the CPU kernel.
+template <typename T>
+struct Arg {
+  using Held = T;
+  static void check(DeviceCheck&, const T&) {}
+  static const T& meta(MetaMirror&, const T& v) { return v; }
+  static Held hold(AliasSet&, const T& v) { return v; }
+  static const T& pass(const Held& h) { return h; }
+};
+
+inline at::Tensor holdTensor(AliasSet& a, const at::Tensor& t) {
+  if (!t.defined() || isNeuron(t)) return a.alias(t);
+  return t.clone();  // a CPU scalar: its value as of the launch
+}
+
+template <>
+struct Arg<at::Tensor> {
+  using Held = at::Tensor;
+  static void check(DeviceCheck& c, const at::Tensor& t) { c.tensor(t); }
+  static at::Tensor meta(MetaMirror& m, const at::Tensor& t) { return m(t); }
+  static Held hold(AliasSet& a, const at::Tensor& t) { return holdTensor(a, t); }
+  static const at::Tensor& pass(const Held& h) { return h; }
+};
+
+template <>
+struct Arg<std::optional<at::Tensor>> {
+  using T = std::optional<at::Tensor>;
+  using Held = T;
+  static void check(DeviceCheck& c, const T& t) {
+    if (t) c.tensor(*t);
+  }
+  static T meta(MetaMirror& m, const T& t) {
+    return t ? T(m(*t)) : std::nullopt;
+  }
+  static Held hold(AliasSet& a, const T& t) {
+    return t ? T(holdTensor(a, *t)) : std::nullopt;
+  }
+  static const T& pass(const Held& h) { return h; }
+};
+
+template <>
+struct Arg<at::ITensorListRef> {
+  using Held = std::vector<at::Tensor>;
+  static void check(DeviceCheck& c, const at::ITensorListRef& l) {
+    for (const at::Tensor& t : l) c.tensor(t);
+  }
+  static Held meta(MetaMirror& m, const at::ITensorListRef& l) {
+    Held out;
+    for (const at::Tensor& t : l) out.push_back(m(t));
+    return out;
+  }
+  static Held hold(AliasSet& a, const at::ITensorListRef& l) {
+    Held out;
+    for (const at::Tensor& t : l) out.push_back(holdTensor(a, t));
+    return out;
+  }
+  static at::ITensorListRef pass(const Held& h) { return at::ITensorListRef(h); }
+};
+
+// Non-owning argument types are held by value in the work item.
+template <>
+struct Arg<at::IntArrayRef> {
+  using Held = std::vector<int64_t>;
+  static void check(DeviceCheck&, at::IntArrayRef) {}
+  static at::IntArrayRef meta(MetaMirror&, at::IntArrayRef v) { return v; }
+  static Held hold(AliasSet&, at::IntArrayRef v) { return v.vec(); }
+  static at::IntArrayRef pass(const Held& h) { return h; }
+};
+
+template <>
+struct Arg<at::OptionalIntArrayRef> {
+  using Held = std::optional<std::vector<int64_t>>;
+  static void check(DeviceCheck&, at::OptionalIntArrayRef) {}
+  static at::OptionalIntArrayRef meta(MetaMirror&, at::OptionalIntArrayRef v) {
+    return v;
+  }
+  static Held hold(AliasSet&, at::OptionalIntArrayRef v) {
+    return v ? Held(v->vec()) : std::nullopt;
+  }
+  static at::OptionalIntArrayRef pass(const Held& h) {
+    return h ? at::OptionalIntArrayRef(*h) : at::OptionalIntArrayRef();
+  }
+};
+
+template <>
+struct Arg<c10::string_view> {
+  using Held = std::string;
+  static void check(DeviceCheck&, c10::string_view) {}
+  static c10::string_view meta(MetaMirror&, c10::string_view v) { return v; }
+  static Held hold(AliasSet&, c10::string_view v) { return std::string(v); }
+  static c10::string_view pass(const Held& h) { return h; }
+};
+
+template <>
+struct Arg<std::optional<c10::string_view>> {
+  using T = std::optional<c10::string_view>;
+  using Held = std::optional<std::string>;
+  static void check(DeviceCheck&, const T&) {}
+  static const T& meta(MetaMirror&, const T& v) { return v; }
+  static Held hold(AliasSet&, const T& v) {
+    return v ? Held(std::string(*v)) : std::nullopt;
+  }
+  static T pass(const Held& h) { return h ? T(*h) : std::nullopt; }
+};
+
+template <typename T>
+using ArgOf = Arg<std::decay_t<T>>;
+
+// ---- outputs: a Tensor or a tuple of Tensors
+
+inline at::Tensor allocLike(const at::Tensor& m, c10::DeviceIndex device) {
+  return emptyStrided(m.sizes(), m.strides(), m.scalar_type(), device);
+}
+template <typename... Ts>
+std::tuple<Ts...> allocLike(const std::tuple<Ts...>& m, c10::DeviceIndex device) {
+  return std::apply(
+      [&](const auto&... t) { return std::tuple<Ts...>(allocLike(t, device)...); },
+      m);
+}
+inline at::Tensor aliasOut(AliasSet& a, const at::Tensor& t) { return a.alias(t); }
+template <typename... Ts>
+std::tuple<Ts...> aliasOut(AliasSet& a, const std::tuple<Ts...>& t) {
+  return std::apply(
+      [&](const auto&... x) { return std::tuple<Ts...>(a.alias(x)...); }, t);
+}
+
+template <typename F>
+void runOnDevice(F&& f) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(e.what_without_backtrace());
+  }
+}
+
+inline void noteOnce(std::once_flag& flag, const char* name) {
+  std::call_once(flag, [&] { noteExecuted(name); });
+}
+
+template <auto MetaFn, auto CpuOutFn, const char* Name,
+          typename Sig = decltype(MetaFn)>
+struct Functional;
+
+template <auto MetaFn, auto CpuOutFn, const char* Name, typename Ret,
+          typename... Args>
+struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
+  static Ret call(Args... args) {
+    static std::once_flag noted;
+    noteOnce(noted, Name);
+    DeviceCheck dc;
+    (ArgOf<Args>::check(dc, args), ...);
+    c10::DeviceIndex device = dc.finish();
+    MetaMirror mm;
+    Ret meta_out = MetaFn(ArgOf<Args>::meta(mm, args)...);
+    Ret out = allocLike(meta_out, device);
+    auto aliases = std::make_shared<AliasSet>();
+    auto held = std::make_shared<std::tuple<typename ArgOf<Args>::Held...>>(
+        ArgOf<Args>::hold(*aliases, args)...);
+    auto out_alias = aliasOut(*aliases, out);
+    launch(device, Name, [aliases, held, out_alias]() mutable {
+      runOnDevice([&] {
+        run(out_alias, *held, std::index_sequence_for<Args...>{});
+      });
+    });
+    return out;
+  }
+
+ private:
+  template <typename Out, typename Held, size_t... I>
+  static void run(Out& out, Held& held, std::index_sequence<I...>) {
+    if constexpr (std::is_same_v<Ret, at::Tensor>) {
+      CpuOutFn(out, ArgOf<Args>::pass(std::get<I>(held))...);
+    } else {
+      std::apply(
+          [&](auto&... o) { CpuOutFn(o..., ArgOf<Args>::pass(std::get<I>(held))...); },
+          out);
+    }
+  }
+};
+
+template <auto MetaFn, auto CpuFn, const char* Name,
+          typename Sig = decltype(MetaFn)>
+struct Inplace;
+
+template <auto MetaFn, auto CpuFn, const char* Name, typename... Rest>
+struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
+  static at::Tensor& call(at::Tensor& self, Rest... rest) {
+    static std::once_flag noted;
+    noteOnce(noted, Name);
+    TORCH_CHECK(isNeuron(self), Name, ": the tensor written to is on ",
+                self.device(), ", not on a neuron device");
+    DeviceCheck dc;
+    dc.tensor(self);
+    (ArgOf<Rest>::check(dc, rest), ...);
+    c10::DeviceIndex device = dc.finish();
+    {
+      // Validates shapes and dtypes now (errors are raised at the op).
+      MetaMirror mm;
+      at::Tensor meta_self = mm(self);
+      MetaFn(meta_self, ArgOf<Rest>::meta(mm, rest)...);
+    }
+    auto aliases = std::make_shared<AliasSet>();
+    auto self_alias = std::make_shared<at::Tensor>(aliases->alias(self));
+    auto held = std::make_shared<std::tuple<typename ArgOf<Rest>::Held...>>(
+        ArgOf<Rest>::hold(*aliases, rest)...);
+    launch(device, Name, [aliases, self_alias, held]() {
+      runOnDevice([&] {
+        run(*self_alias, *held, std::index_sequence_for<Rest...>{});
+      });
+    });
+    return self;
+  }
+
+ private:
+  template <typename Held, size_t... I>
+  static void run(at::Tensor& self, Held& held, std::index_sequence<I...>) {
+    CpuFn(self, ArgOf<Rest>::pass(std::get<I>(held))...);
+  }
+};
+
+}  // namespace torch_neuronx::structured
