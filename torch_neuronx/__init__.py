@@ -7,6 +7,8 @@ modules move there with ``.to("neuron")`` / ``.neuron()``, and the
 first use, not at import.
 """
 
+import atexit
+
 import torch
 
 torch.utils.rename_privateuse1_backend("neuron")
@@ -21,6 +23,21 @@ torch._register_device_module("neuron", device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
+
+
+
+def _drain_at_exit() -> None:
+    # Queued device work must finish before the interpreter and the C++
+    # statics it uses are torn down; errors no longer have anyone to go to.
+    if _C._is_initialized() and not _C._is_in_bad_fork():
+        for i in range(_C._device_count()):
+            try:
+                _C._synchronize(i)
+            except RuntimeError:
+                pass
+
+
+atexit.register(_drain_at_exit)
 
 __all__ = list(_device_api) + ["get_executed_ops", "get_fallback_ops", "clear_op_stats"]
 __version__ = "0.1.0"

@@ -2,15 +2,19 @@
 
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
+#include <c10/core/ScalarTypeToTypeMeta.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "aten/cpu_alias.h"
+#include "aten/meta_cache.h"
+#include "aten/op_args.h"
 #include "aten/op_stats.h"
 #include "core/device.h"
 #include "core/generator.h"
@@ -22,10 +26,6 @@ namespace {
 
 using c10::IValue;
 constexpr auto PrivateUse1 = c10::DeviceType::PrivateUse1;
-
-bool isNeuron(const at::Tensor& t) {
-  return t.defined() && t.device().type() == PrivateUse1;
-}
 
 // What the dispatcher tells us once per operator.
 struct OpTraits {
@@ -80,78 +80,6 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   return t;
 }
 
-// Finds the device of the op and enforces PyTorch's same-device rule: CPU
-// tensors are allowed only as 0-dim scalars.
-class DeviceCheck {
- public:
-  void tensor(const at::Tensor& t) {
-    if (!t.defined()) return;
-    if (isNeuron(t)) {
-      c10::DeviceIndex idx = t.device().index();
-      if (device_ < 0) {
-        device_ = idx;
-      } else if (device_ != idx) {
-        fail(neuronDevice(device_), t.device());
-      }
-    } else if (t.device().is_cpu() && t.dim() == 0) {
-      // CPU scalars mix freely, as on CUDA.
-    } else {
-      other_ = t.device();
-    }
-  }
-  void device(const c10::Device& d) {
-    if (d.type() == PrivateUse1 && device_ < 0)
-      device_ = d.has_index() ? d.index() : currentDevice();
-  }
-  c10::DeviceIndex finish() {
-    if (device_ < 0) device_ = currentDevice();
-    if (other_) fail(neuronDevice(device_), *other_);
-    return device_;
-  }
-
- private:
-  [[noreturn]] static void fail(c10::Device a, c10::Device b) {
-    TORCH_CHECK(false,
-                "Expected all tensors to be on the same device, but found at "
-                "least two devices, ",
-                a, " and ", b, "!");
-  }
-  c10::DeviceIndex device_ = -1;
-  std::optional<c10::Device> other_;
-};
-
-// Mirrors neuron tensors as meta tensors, keeping storage sharing.
-class MetaMirror {
- public:
-  at::Tensor operator()(const at::Tensor& t) {
-    if (!t.defined()) return t;
-    if (!isNeuron(t)) {
-      at::Tensor m = at::empty({}, t.options().device(c10::kMeta));
-      if (t.unsafeGetTensorImpl()->is_wrapped_number())
-        m.unsafeGetTensorImpl()->set_wrapped_number(true);
-      return m;
-    }
-    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    c10::Storage* ms = nullptr;
-    for (auto& [dev, meta] : storages_)
-      if (dev == s) ms = &meta;
-    if (!ms) {
-      storages_.emplace_back(
-          s, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                          c10::GetAllocator(c10::kMeta), /*resizable=*/true));
-      ms = &storages_.back().second;
-    }
-    auto impl = c10::make_intrusive<c10::TensorImpl>(
-        c10::Storage(*ms), c10::DispatchKeySet(c10::DispatchKey::Meta),
-        t.dtype());
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    return at::Tensor(std::move(impl));
-  }
-
- private:
-  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> storages_;
-};
-
 template <typename F>
 IValue mapTensors(const IValue& v, F&& f) {
   if (v.isTensor()) return f(v.toTensor());
@@ -189,13 +117,41 @@ IValue mapDevice(const IValue& v, c10::Device to) {
 }
 
 // A view of the device tensor `base` with the geometry the Meta kernel gave.
-at::Tensor viewOf(const at::Tensor& base, const at::Tensor& meta_view) {
+at::Tensor viewOf(const at::Tensor& base, const TensorMeta& m) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(
       c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(),
-      meta_view.dtype());
-  impl->set_sizes_and_strides(meta_view.sizes(), meta_view.strides(),
-                              meta_view.storage_offset());
+      c10::scalarTypeToTypeMeta(m.dtype));
+  impl->set_sizes_and_strides(m.sizes, m.strides, m.storage_offset);
   return at::Tensor(std::move(impl));
+}
+
+TensorMeta describe(const at::Tensor& m,
+                    const std::vector<at::Tensor>& meta_inputs) {
+  TensorMeta d;
+  if (!m.defined()) {
+    d.defined = false;
+    return d;
+  }
+  d.sizes = m.sizes().vec();
+  d.strides = m.strides().vec();
+  d.storage_offset = m.storage_offset();
+  d.dtype = m.scalar_type();
+  for (size_t k = 0; k < meta_inputs.size(); ++k)
+    if (meta_inputs[k].defined() &&
+        meta_inputs[k].storage().unsafeGetStorageImpl() ==
+            m.storage().unsafeGetStorageImpl()) {
+      d.base = static_cast<int>(k);
+      break;
+    }
+  return d;
+}
+
+// Tensor arguments in order, lists flattened.
+std::vector<at::Tensor> flatTensors(const std::vector<IValue>& args) {
+  std::vector<at::Tensor> out;
+  for (const IValue& v : args)
+    forEachTensor(v, [&](const at::Tensor& t) { out.push_back(t); });
+  return out;
 }
 
 // A CPU generator for this launch, drawn from the neuron generator (or the
@@ -367,77 +323,95 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     return;
   }
 
-  // 1. Output metadata from the Meta kernel.
-  MetaMirror mirror;
-  torch::jit::Stack meta_stack;
-  meta_stack.reserve(nargs);
-  for (const IValue& v : args)
-    meta_stack.push_back(mapDevice(mapTensors(v, mirror), c10::Device(c10::kMeta)));
-  // (meta input, device input) pairs, to map view results back.
-  std::vector<std::pair<at::Tensor, at::Tensor>> inputs;
-  for (size_t j = 0; j < nargs; ++j) {
-    std::vector<at::Tensor> metas, reals;
-    forEachTensor(meta_stack[j], [&](const at::Tensor& t) { metas.push_back(t); });
-    forEachTensor(args[j], [&](const at::Tensor& t) { reals.push_back(t); });
-    for (size_t k = 0; k < metas.size(); ++k)
-      if (metas[k].defined() && isNeuron(reals[k]))
-        inputs.emplace_back(metas[k], reals[k]);
-  }
-  try {
-    op.callBoxed(meta_stack);
-  } catch (const c10::NotImplementedError&) {
-    traits.meta_missing = true;
-    runSynchronously(op, traits, stack, std::move(args), device);
-    return;
-  } catch (...) {
-    // The Meta kernel rejected the inputs or needs the data (a data-dependent
-    // shape; Python meta kernels raise Python errors): the CPU kernel
-    // decides, and raises the user's error if there is one.
-    runSynchronously(op, traits, stack, std::move(args), device);
-    return;
+  // 1. Output metadata: from the cache, or from the Meta kernel.
+  const size_t nret = schema.returns().size();
+  MetaCacheKey key;
+  bool cacheable = key.build(&schema, args);
+  const CachedMeta* cached = cacheable ? findCachedMeta(key) : nullptr;
+  CachedMeta computed;
+  if (!cached) {
+    MetaMirror mirror;
+    torch::jit::Stack meta_stack;
+    meta_stack.reserve(nargs);
+    for (const IValue& v : args)
+      meta_stack.push_back(
+          mapDevice(mapTensors(v, mirror), c10::Device(c10::kMeta)));
+    std::vector<at::Tensor> meta_inputs = flatTensors(meta_stack);
+    try {
+      op.callBoxed(meta_stack);
+    } catch (const c10::NotImplementedError&) {
+      traits.meta_missing = true;
+      runSynchronously(op, traits, stack, std::move(args), device);
+      return;
+    } catch (...) {
+      // The Meta kernel rejected the inputs or needs the data (a
+      // data-dependent shape; Python meta kernels raise Python errors): the
+      // CPU kernel decides, and raises the user's error if there is one.
+      runSynchronously(op, traits, stack, std::move(args), device);
+      return;
+    }
+    for (size_t i = 0; i < nret; ++i) {
+      std::vector<TensorMeta> r;
+      forEachTensor(meta_stack[i], [&](const at::Tensor& t) {
+        r.push_back(describe(t, meta_inputs));
+      });
+      computed.returns.push_back(std::move(r));
+    }
+    if (cacheable) storeCachedMeta(key, computed);
+    cached = &computed;
   }
 
   // 2. Results: in-place/out= results are the arguments (resized if the Meta
   // kernel resized them); views take the Meta view's geometry; the rest are
   // new device tensors.
-  const size_t nret = schema.returns().size();
+  std::vector<at::Tensor> inputs = flatTensors(args);
   std::vector<IValue> outs(nret);
   std::vector<int> fresh;  // returns that need a copy from the CPU result
   bool needs_work = false;
   for (size_t i = 0; i < nret; ++i) {
-    const IValue& mr = meta_stack[i];
+    const std::vector<TensorMeta>& metas = cached->returns[i];
+    bool is_list = schema.returns()[i].type()->kind() == c10::TypeKind::ListType;
     int a = traits.alias_arg[i];
-    if (a >= 0 && traits.alias_write[i]) {
+    auto make = [&](const TensorMeta& m) -> at::Tensor {
+      if (!m.defined) return at::Tensor();
+      if (a >= 0 && !traits.alias_write[i]) {
+        TORCH_INTERNAL_ASSERT(m.base >= 0, traits.name,
+                              ": view result does not alias an input");
+        return viewOf(inputs[m.base], m);
+      }
+      return emptyStrided(m.sizes, m.strides, m.dtype, device);
+    };
+    if (a >= 0 && traits.alias_write[i] && !is_list) {
       needs_work = true;
       const at::Tensor& real = args[a].toTensor();
-      const at::Tensor& m = mr.toTensor();
-      if (real.sizes() != m.sizes()) {
-        real.resize_(m.sizes());
-        if (real.strides() != m.strides())
+      const TensorMeta& m = metas.at(0);
+      if (real.sizes() != c10::IntArrayRef(m.sizes)) {
+        real.resize_(m.sizes);
+        if (real.strides() != c10::IntArrayRef(m.strides))
           real.unsafeGetTensorImpl()->set_sizes_and_strides(
-              m.sizes(), m.strides(), real.storage_offset());
+              m.sizes, m.strides, real.storage_offset());
       }
       outs[i] = args[a];
-    } else if (a >= 0) {
-      // View: find the input whose (meta) storage the view shares.
-      auto base_for = [&](const at::Tensor& mv) -> at::Tensor {
-        for (auto& [meta_in, real_in] : inputs)
-          if (meta_in.storage().unsafeGetStorageImpl() ==
-              mv.storage().unsafeGetStorageImpl())
-            return viewOf(real_in, mv);
-        TORCH_INTERNAL_ASSERT(false, traits.name,
-                              ": view result does not alias an input");
-      };
-      outs[i] = mapTensors(mr, base_for);
-    } else {
+    } else if (a >= 0 && traits.alias_write[i]) {
       needs_work = true;
-      fresh.push_back(static_cast<int>(i));
-      outs[i] = mapTensors(mr, [&](const at::Tensor& m) -> at::Tensor {
-        if (!m.defined()) return m;
-        return emptyStrided(m.sizes(), m.strides(), m.scalar_type(), device);
-      });
+      outs[i] = args[a];
+    } else {
+      if (a < 0) {
+        needs_work = true;
+        fresh.push_back(static_cast<int>(i));
+      }
+      if (is_list) {
+        c10::List<at::Tensor> l;
+        for (const TensorMeta& m : metas) l.push_back(make(m));
+        outs[i] = l;
+      } else {
+        outs[i] = make(metas.at(0));
+      }
     }
   }
+  // Ops with no tensor results but side effects (e.g. _foreach_*_ returning
+  // nothing) still have work to do.
+  if (nret == 0) needs_work = true;
 
   if (needs_work) {
     // 3. One work item: the CPU kernel over aliases of the device memory.
@@ -456,13 +430,18 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
         for (auto& [i, target] : *targets) {
           const IValue& result = call->args[i];
           if (target.isTensor()) {
+            if (target.toTensor().defined() && (target.toTensor().sizes() != result.toTensor().sizes() || target.toTensor().dtype() != result.toTensor().dtype()))
+              fprintf(stderr, "META-MISMATCH %s ret %d\n", call->op.schema().operator_name().name.c_str(), i);
             if (target.toTensor().defined())
               target.toTensor().copy_(result.toTensor());
           } else {
             auto dst = target.toTensorList();
             auto src = result.toTensorList();
-            for (size_t k = 0; k < dst.size(); ++k)
+            for (size_t k = 0; k < dst.size(); ++k) {
+              if (dst.get(k).defined() && (dst.get(k).sizes() != src.get(k).sizes() || dst.get(k).dtype() != src.get(k).dtype()))
+                fprintf(stderr, "META-MISMATCH %s list %d\n", call->op.schema().operator_name().name.c_str(), i);
               if (dst.get(k).defined()) dst.get(k).copy_(src.get(k));
+            }
           }
         }
       } catch (const c10::Error& e) {
