@@ -9,12 +9,13 @@ namespace neuron_rt {
 Event::Event() : state_(std::make_shared<State>()) {}
 
 void Event::record(Stream& stream) {
-  uint64_t gen;
-  {
-    std::lock_guard<std::mutex> g(state_->mu);
-    gen = ++state_->recorded_gen;
-    state_->device = stream.device();
-  }
+  // The marker is queued while holding the lock, so that a block() which
+  // sees this generation always finds its marker already queued. Otherwise a
+  // concurrent block() on the same stream could queue its wait ahead of the
+  // record it waits for, and the stream would wait on itself forever.
+  std::lock_guard<std::mutex> g(state_->mu);
+  const uint64_t gen = ++state_->recorded_gen;
+  state_->device = stream.device();
   std::shared_ptr<State> st = state_;
   stream.enqueue(
       "event_record",

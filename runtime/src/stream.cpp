@@ -1,8 +1,10 @@
 #include "neuron_runtime/stream.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <exception>
+#include <string>
 
 #include "neuron_runtime/trace.h"
 
@@ -31,7 +33,13 @@ Stream::~Stream() {
 }
 
 void Stream::startWorkerLocked() {
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] {
+    // "neuron<device>:s<stream>" in profilers and debuggers.
+    std::string name =
+        "neuron" + std::to_string(device_) + ":s" + std::to_string(id_);
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+    workerLoop();
+  });
 }
 
 uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
@@ -119,9 +127,10 @@ void Stream::waitFor(uint64_t seq) {
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock<std::mutex> lk(done_mu_);
-    done_cv_.wait(lk, [&] {
-      return completed_.load(std::memory_order_acquire) >= seq;
-    });
+    // seq_cst, not acquire: this load is the "load" half of the waiter's
+    // store-then-load pairing with the worker (see workerLoop).
+    done_cv_.wait(
+        lk, [&] { return completed_.load(std::memory_order_seq_cst) >= seq; });
   }
   waiters_.fetch_sub(1, std::memory_order_acq_rel);
 }

@@ -158,8 +158,9 @@ TEST(DeviceTest, TakeErrorAcrossStreamsReturnsOneAndClearsAll) {
   Trace trace;
   Device d(smallCore(0), &trace);
   d.stream(3).enqueue("bad3", [] { throw std::runtime_error("e3"); });
-  d.stream(Device::kPoolSize + 2)
-      .enqueue("bad_hi", [] { throw std::runtime_error("ehi"); });
+  d.stream(Device::kPoolSize + 2).enqueue("bad_hi", [] {
+    throw std::runtime_error("ehi");
+  });
   d.synchronize();
   EXPECT_TRUE(d.stream(3).hasError());
   EXPECT_TRUE(d.stream(Device::kPoolSize + 2).hasError());
@@ -202,7 +203,8 @@ TEST(DeviceTest, DestructorDrainsStreams) {
     Trace trace;
     Device d(smallCore(0), &trace);
     for (int id : {0, 2, 20})
-      for (int i = 0; i < 100; ++i) d.stream(id).enqueue("inc", [&] { ++done; });
+      for (int i = 0; i < 100; ++i)
+        d.stream(id).enqueue("inc", [&] { ++done; });
   }
   EXPECT_EQ(done.load(), 300);
 }
@@ -220,8 +222,7 @@ TEST(DeviceTest, EventsOrderWorkAcrossStreamsOfADevice) {
   Event e;
   e.record(d.stream(1));
   e.block(d.defaultStream());
-  d.defaultStream().enqueue("consume",
-                            [&] { consumer_saw = produced.load(); });
+  d.defaultStream().enqueue("consume", [&] { consumer_saw = produced.load(); });
   gate.open();
   d.defaultStream().synchronize();
   EXPECT_TRUE(consumer_saw);
@@ -313,9 +314,7 @@ TEST(RuntimeTest, TraceCollectsFromAllDevices) {
 
 TEST(RuntimeTest, ErrorsStayOnTheirDevice) {
   Runtime rt(smallConfig({0, 1}));
-  rt.device(1).stream(1).enqueue("bad", [] {
-    throw std::runtime_error("x");
-  });
+  rt.device(1).stream(1).enqueue("bad", [] { throw std::runtime_error("x"); });
   rt.synchronizeAll();
   EXPECT_FALSE(rt.device(0).takeError().has_value());
   auto err = rt.device(1).takeError();
@@ -393,8 +392,7 @@ TEST_F(RuntimeEnvTest, GetInitialisesOnceAndRejectsForkedChildren) {
         Runtime::get();
       } catch (const Error& e) {
         if (e.status() != Status::kForkedChild) return 12;
-        if (std::string(e.what()).find("spawn") == std::string::npos)
-          return 13;
+        if (std::string(e.what()).find("spawn") == std::string::npos) return 13;
         return 0;
       }
       return 14;

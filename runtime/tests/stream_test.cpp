@@ -114,8 +114,7 @@ TEST(StreamTest, WaitForReturnsOnceThatItemHasRun) {
   Stream s(0, 1, 0, nullptr);
   Gate gate;
   uint64_t first = s.enqueue("first", [&] { first_done = true; });
-  uint64_t second =
-      s.enqueue("blocked", [w = gate.waiter()] { w.wait(); });
+  uint64_t second = s.enqueue("blocked", [w = gate.waiter()] { w.wait(); });
   s.waitFor(first);
   EXPECT_TRUE(first_done.load());
   EXPECT_GE(s.lastCompleted(), first);
@@ -156,12 +155,13 @@ TEST(StreamTest, ThrowingItemPoisonsStreamUntilTakeError) {
   std::vector<int> ran;  // worker-only until synchronize()
   Stream s(4, 9, 0, nullptr);
   s.enqueue("ok", [&] { ran.push_back(1); });
-  uint64_t bad = s.enqueue("bad_op", [] {
-    throw std::runtime_error("simulated device fault");
-  });
+  uint64_t bad = s.enqueue(
+      "bad_op", [] { throw std::runtime_error("simulated device fault"); });
   s.enqueue("compute_after", [&] { ran.push_back(3); });
-  s.enqueue("copy_after", [&] { ran.push_back(4); }, ItemKind::kCopy);
-  s.enqueue("marker_after", [&] { ran.push_back(5); }, ItemKind::kMarker);
+  s.enqueue(
+      "copy_after", [&] { ran.push_back(4); }, ItemKind::kCopy);
+  s.enqueue(
+      "marker_after", [&] { ran.push_back(5); }, ItemKind::kMarker);
   s.enqueue("compute_after2", [&] { ran.push_back(6); });
   s.synchronize();
 
@@ -183,7 +183,8 @@ TEST(StreamTest, ThrowingItemPoisonsStreamUntilTakeError) {
   EXPECT_FALSE(s.hasError());
   EXPECT_FALSE(s.takeError().has_value());
   s.enqueue("compute_recovered", [&] { ran.push_back(7); });
-  s.enqueue("copy_recovered", [&] { ran.push_back(8); }, ItemKind::kCopy);
+  s.enqueue(
+      "copy_recovered", [&] { ran.push_back(8); }, ItemKind::kCopy);
   s.synchronize();
   EXPECT_EQ(ran, (std::vector<int>{1, 5, 7, 8}));
   EXPECT_FALSE(s.hasError());
@@ -194,8 +195,9 @@ TEST(StreamTest, OnlyTheFirstErrorIsKept) {
   s.enqueue("first_bad", [] { throw std::runtime_error("first"); });
   // Markers still run on a poisoned stream; one that throws must not
   // replace the original error.
-  s.enqueue("bad_marker", [] { throw std::runtime_error("second"); },
-            ItemKind::kMarker);
+  s.enqueue(
+      "bad_marker", [] { throw std::runtime_error("second"); },
+      ItemKind::kMarker);
   s.synchronize();
   auto err = s.takeError();
   ASSERT_TRUE(err.has_value());
@@ -217,8 +219,8 @@ TEST(StreamTest, NonStandardExceptionIsReported) {
 TEST(StreamTest, ThrowingCopyItemPoisonsToo) {
   bool ran_after = false;
   Stream s(0, 1, 0, nullptr);
-  s.enqueue("bad_copy", [] { throw std::runtime_error("dma"); },
-            ItemKind::kCopy);
+  s.enqueue(
+      "bad_copy", [] { throw std::runtime_error("dma"); }, ItemKind::kCopy);
   s.enqueue("after", [&] { ran_after = true; });
   s.synchronize();
   EXPECT_FALSE(ran_after);
@@ -329,7 +331,8 @@ TEST(StreamTest, DestructorOfUnusedOrPoisonedStream) {
   {
     Stream s(0, 1, 0, nullptr);
     s.enqueue("bad", [] { throw std::runtime_error("x"); });
-    s.enqueue("marker", [&markers] { ++markers; }, ItemKind::kMarker);
+    s.enqueue(
+        "marker", [&markers] { ++markers; }, ItemKind::kMarker);
   }
   EXPECT_EQ(markers, 1);
 }
@@ -380,7 +383,8 @@ TEST(TraceTest, RecordsSkippedItems) {
   Stream s(0, 1, 0, &trace);
   s.enqueue("bad", [] { throw std::runtime_error("x"); });
   s.enqueue("skipped", [] {});
-  s.enqueue("marker", [] {}, ItemKind::kMarker);
+  s.enqueue(
+      "marker", [] {}, ItemKind::kMarker);
   s.synchronize();
   auto recs = trace.drain();
   ASSERT_EQ(recs.size(), 3u);

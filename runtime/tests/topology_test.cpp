@@ -38,8 +38,7 @@ TEST(ParseCoreListTest, CommaList) {
 }
 
 TEST(ParseCoreListTest, RangeAndId) {
-  EXPECT_EQ(parseCoreList("0-1,3", 4, kCoresVar),
-            (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(parseCoreList("0-1,3", 4, kCoresVar), (std::vector<int>{0, 1, 3}));
 }
 
 TEST(ParseCoreListTest, ResultIsSortedAndUnique) {
@@ -55,8 +54,7 @@ TEST(ParseCoreListTest, WhitespaceAroundItemsIsAccepted) {
 
 TEST(ParseCoreListTest, SingletonRangeAndLastValidId) {
   EXPECT_EQ(parseCoreList("2-2", 4, kCoresVar), (std::vector<int>{2}));
-  EXPECT_EQ(parseCoreList("0-3", 4, kCoresVar),
-            (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(parseCoreList("0-3", 4, kCoresVar), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(parseCoreList("31", 32, kCoresVar), (std::vector<int>{31}));
 }
 
@@ -69,11 +67,12 @@ TEST_P(ParseCoreListErrorTest, ThrowsInvalidConfigNamingTheVariable) {
       << "input: '" << text << "'";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Malformed, ParseCoreListErrorTest,
-    ::testing::Values("", " ", "a", "x1", "1x", "0-", "-1", "-", "1-0", "3-2",
-                      "0,,1", "0,", ",0", ",", "1.5", "0-1-2", "0:1", "+1",
-                      "0 1", "99999999999999999999"));
+INSTANTIATE_TEST_SUITE_P(Malformed, ParseCoreListErrorTest,
+                         ::testing::Values("", " ", "a", "x1", "1x", "0-", "-1",
+                                           "-", "1-0", "3-2", "0,,1", "0,",
+                                           ",0", ",", "1.5", "0-1-2", "0:1",
+                                           "+1", "0 1",
+                                           "99999999999999999999"));
 
 INSTANTIATE_TEST_SUITE_P(OutOfRange, ParseCoreListErrorTest,
                          ::testing::Values("4", "0-4", "2-7", "0,4", "0-1,5",
@@ -204,8 +203,8 @@ TEST(TopologyTest, InvalidConfigurationsThrow) {
   {
     TopologyConfig c;
     c.visible_cores = {4};
-    EXPECT_TRUE(ThrowsError([&] { Topology t(c); }, Status::kInvalidConfig,
-                            {"4"}));
+    EXPECT_TRUE(
+        ThrowsError([&] { Topology t(c); }, Status::kInvalidConfig, {"4"}));
   }
   {
     TopologyConfig c;
@@ -343,7 +342,8 @@ TEST_F(ConfigFromEnvTest, NumChips) {
   for (const char* bad : {"0", "65", "x"}) {
     env_.set("TORCH_NEURONX_NUM_CHIPS", bad);
     EXPECT_TRUE(ThrowsError([] { Topology::configFromEnv(); },
-                            Status::kInvalidConfig, {"TORCH_NEURONX_NUM_CHIPS"}))
+                            Status::kInvalidConfig,
+                            {"TORCH_NEURONX_NUM_CHIPS"}))
         << "value: " << bad;
   }
 }
