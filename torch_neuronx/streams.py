@@ -23,8 +23,7 @@ class Stream(torch.Stream):
 
     def __repr__(self) -> str:
         return (
-            f"<torch_neuronx.Stream device=neuron:{self.device_index} "
-            f"stream_id={self.stream_id}>"
+            f"<torch_neuronx.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
         )
 
 

@@ -42,11 +42,21 @@ void Stream::startWorkerLocked() {
   });
 }
 
+void Stream::destroyRetired() {
+  std::vector<Fn> done;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    done.swap(retired_);
+  }
+}
+
 uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
   bool wake = false;
   uint64_t seq;
+  std::vector<Fn> done;
   {
     std::lock_guard<std::mutex> g(mu_);
+    if (!retired_.empty()) done.swap(retired_);
     // Workers start on first use so that unused pool streams cost nothing.
     if (!worker_.joinable()) startWorkerLocked();
     seq = enqueued_.load(std::memory_order_relaxed) + 1;
@@ -104,9 +114,12 @@ void Stream::workerLoop() {
       trace_->add(TraceRecord{device_, id_, item.seq, item.label, start,
                               nowNs(), skip});
     }
-    // Release captured resources (tensors, buffers) before signalling
-    // completion, so a host that waited can rely on them being dropped.
-    item.fn = nullptr;
+    // Hand the function (and what it captured) back to the host before
+    // signalling completion, so a host that waited can drop it.
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      retired_.push_back(std::move(item.fn));
+    }
     // seq_cst pairs with the waiter's increment of waiters_ (store then
     // load on both sides), so a sleeping waiter is never missed.
     completed_.store(item.seq, std::memory_order_seq_cst);
@@ -135,7 +148,12 @@ void Stream::waitFor(uint64_t seq) {
   waiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-void Stream::synchronize() { waitFor(enqueued_.load(std::memory_order_acquire)); }
+void Stream::synchronize() {
+  waitFor(enqueued_.load(std::memory_order_acquire));
+  // What the finished items captured (tensors, buffers) is released now, so
+  // memory statistics read after a synchronisation are exact.
+  destroyRetired();
+}
 
 bool Stream::query() const {
   return completed_.load(std::memory_order_acquire) >=

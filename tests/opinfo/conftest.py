@@ -27,8 +27,8 @@ class OpResult:
 @dataclass
 class DifferentialResults:
     ops: dict[str, OpResult] = field(default_factory=dict)
-    # Ops that OpInfo gives no CPU dtype at all: nothing to compare against.
-    not_applicable: list[str] = field(default_factory=list)
+    # Ops that cannot run on CPU (key -> why): nothing to compare against.
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
     def op(self, key: str) -> OpResult:
         return self.ops.setdefault(key, OpResult(key))
@@ -43,54 +43,67 @@ def differential_results(request: pytest.FixtureRequest) -> DifferentialResults:
     return request.config.stash[_RESULTS]
 
 
+def _scope(x) -> str:
+    scope = "+".join(x.phases)
+    if x.dtypes is not None:
+        scope += " " + ",".join(sorted(str(d).removeprefix("torch.") for d in x.dtypes))
+    return scope
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     results = config.stash.get(_RESULTS, None)
     if results is None or not results.ops:
         return
-    from known_failures import EXPECTED_FAILURES, SKIP, VALUE_NOT_COMPARABLE
+    from known_failures import (
+        EXPECTED_FAILURES,
+        RANDOM_SAMPLES,
+        SKIP,
+        TOLERANCES,
+        VALUE_NOT_COMPARABLE,
+    )
 
     ops = list(results.ops.values())
-    n_pass = sum(sum(r.passed.values()) for r in ops)
-    n_fail = sum(sum(r.failed.values()) for r in ops)
-    n_skip = sum(sum(r.skipped.values()) for r in ops)
-    fwd_pass = sum(r.forward_passes for r in ops)
-    total = len(ops)
     write = terminalreporter.write_line
     write("")
     for phase in ("forward", "backward"):
         write(
-            f"  {phase}: {sum(r.passed[phase] for r in ops)} passed, "
+            f"{phase}: {sum(r.passed[phase] for r in ops)} passed, "
             f"{sum(r.failed[phase] for r in ops)} failed, "
             f"{sum(r.skipped[phase] for r in ops)} skipped samples"
         )
-    shown = [(k, v) for k, v in VALUE_NOT_COMPARABLE.items() if k in results.ops]
-    if shown:
-        write(f"Ops compared by shape/dtype/device only ({len(shown)}):")
-        for k, v in shown:
-            write(f"  {k}: {v}")
-    shown = [(k, v) for k, v in SKIP.items() if k in results.ops]
-    if shown:
-        write(f"Skipped ops ({len(shown)}):")
-        for k, v in shown:
-            write(f"  {k}: {v}")
-    shown = [(k, v) for k, v in EXPECTED_FAILURES.items() if k in results.ops]
-    if shown:
-        write(f"Expected failures ({len(shown)}):")
-        for k, v in shown:
-            scope = v.phase
-            if v.dtypes is not None:
-                scope += " " + ",".join(sorted(str(d).removeprefix("torch.") for d in v.dtypes))
-            write(f"  {k} [{scope}]: {v.reason}")
+
+    def listing(title: str, rows: list[tuple[str, str]]) -> None:
+        if rows:
+            write(f"{title} ({len(rows)}):")
+            for k, v in rows:
+                write(f"  {k}: {v}")
+
+    ran = results.ops
+    listing("Not counted: cannot run on CPU", sorted(results.not_applicable.items()))
+    listing(
+        "Compared by shape/dtype/device only",
+        [(k, v) for k, v in VALUE_NOT_COMPARABLE.items() if k in ran],
+    )
+    listing(
+        "Some samples compared by shape/dtype/device only",
+        [(k, v.reason) for k, v in RANDOM_SAMPLES.items() if k in ran],
+    )
+    listing("Looser tolerances", [(k, v.reason) for k, v in TOLERANCES.items() if k in ran])
+    listing("Skipped ops", [(k, v) for k, v in SKIP.items() if k in ran])
+    listing(
+        "Expected failures",
+        [(f"{k} [{_scope(v)}]", v.reason) for k, v in EXPECTED_FAILURES.items() if k in ran],
+    )
     not_passing = [r.key for r in ops if not r.forward_passes]
     if not_passing:
         write(f"Ops not passing forward ({len(not_passing)}): {', '.join(not_passing)}")
-    if results.not_applicable:
-        write(
-            f"Not counted, no CPU dtype in OpInfo ({len(results.not_applicable)}): "
-            + ", ".join(results.not_applicable)
-        )
-    rate = 100.0 * fwd_pass / total if total else 0.0
+
+    n_pass = sum(sum(r.passed.values()) for r in ops)
+    n_fail = sum(sum(r.failed.values()) for r in ops)
+    n_skip = sum(sum(r.skipped.values()) for r in ops)
+    fwd_pass = sum(r.forward_passes for r in ops)
+    rate = 100.0 * fwd_pass / len(ops)
     write(
         f"OpInfo differential: {n_pass} passed, {n_fail} failed, {n_skip} skipped samples; "
-        f"ops forward pass rate {rate:.1f}% ({fwd_pass}/{total} ops)"
+        f"ops forward pass rate {rate:.1f}% ({fwd_pass}/{len(ops)} ops)"
     )

@@ -17,7 +17,14 @@ import traceback
 
 import pytest
 import torch
-from known_failures import EXPECTED_FAILURES, SKIP, VALUE_NOT_COMPARABLE
+from known_failures import (
+    EXPECTED_FAILURES,
+    NOT_APPLICABLE,
+    RANDOM_SAMPLES,
+    SKIP,
+    TOLERANCES,
+    VALUE_NOT_COMPARABLE,
+)
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.opinfo.core import SampleInput
 
@@ -27,7 +34,7 @@ SAMPLE_TIMEOUT_S = 30
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 BACKWARD_DTYPE = torch.float32
 # Looser than torch.testing's defaults for the half types, like OpInfo tests.
-TOLERANCES = {
+DEFAULT_TOLERANCES = {
     torch.float16: {"atol": 1e-3, "rtol": 1e-3},
     torch.bfloat16: {"atol": 1e-2, "rtol": 1.6e-2},
     torch.complex32: {"atol": 1e-3, "rtol": 1e-3},
@@ -38,7 +45,7 @@ def op_key(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def tested_dtypes(op) -> list[torch.dtype]:
+def dtypes_for(op) -> list[torch.dtype]:
     supported = op.supported_dtypes("cpu")
     dtypes = [d for d in DTYPES if d in supported]
     if torch.int64 not in supported and torch.int32 in supported:
@@ -100,14 +107,24 @@ def to_neuron(x):
     if isinstance(x, tuple):
         return tuple(to_neuron(v) for v in x)
     if isinstance(x, dict):
-        return {k: (DEVICE if k == "device" and v == "cpu" else to_neuron(v)) for k, v in x.items()}
+        return {k: to_neuron(v) for k, v in x.items()}
+    if isinstance(x, str) and x == "cpu":
+        return DEVICE  # a device argument
     return x
 
 
-def to_neuron_sample(sample: SampleInput) -> SampleInput:
+# Positional arguments that stay on the CPU, as they do on every device.
+CPU_ARGS = {
+    "tensor_split": (0,),  # tensor_indices_or_sections must be a CPU tensor
+}
+
+
+def to_neuron_sample(sample: SampleInput, key: str = "") -> SampleInput:
+    keep = CPU_ARGS.get(key, ())
+    args = tuple(a if i in keep else to_neuron(a) for i, a in enumerate(sample.args))
     return SampleInput(
         to_neuron(sample.input),
-        args=to_neuron(sample.args),
+        args=args,
         kwargs=to_neuron(sample.kwargs),
         output_process_fn_grad=sample.output_process_fn_grad,
         broadcasts_input=sample.broadcasts_input,
@@ -147,7 +164,14 @@ def to_cpu(x):
     return x
 
 
-def compare(actual, expected, values: bool, where: str = "result") -> None:
+def tolerance(key: str, dtype: torch.dtype) -> dict[str, float]:
+    override = TOLERANCES.get(key)
+    if override and dtype in override.by_dtype:
+        return override.by_dtype[dtype]
+    return DEFAULT_TOLERANCES.get(dtype, {})
+
+
+def compare(actual, expected, values: bool, key: str = "", where: str = "result") -> None:
     """``actual``: the neuron result (already on CPU); ``expected``: the CPU one."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
@@ -168,7 +192,7 @@ def compare(actual, expected, values: bool, where: str = "result") -> None:
                 equal_nan=True,
                 check_device=False,
                 check_stride=False,
-                **TOLERANCES.get(expected.dtype, {}),
+                **tolerance(key, expected.dtype),
             )
         except AssertionError as e:
             raise Mismatch(f"{where}: {e}") from None
@@ -176,7 +200,7 @@ def compare(actual, expected, values: bool, where: str = "result") -> None:
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             raise Mismatch(f"{where}: got {actual!r:.200}, expected {expected!r:.200}")
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            compare(a, e, values, f"{where}[{i}]")
+            compare(a, e, values, key, f"{where}[{i}]")
     elif values and not (actual == expected or (actual != actual and expected != expected)):
         raise Mismatch(f"{where}: got {actual!r:.200}, expected {expected!r:.200}")
 
@@ -209,9 +233,9 @@ def run_op(op, sample):
     return op(sample.input, *sample.args, **sample.kwargs)
 
 
-def run_forward(op, sample, values: bool) -> str | None:
+def run_forward(op, key: str, sample, values: bool) -> str | None:
     """None if the sample matches, "skip" if CPU raises, else the failure message."""
-    dev = to_neuron_sample(sample)  # before the CPU run: the op may write to its inputs
+    dev = to_neuron_sample(sample, key)  # before the CPU run: the op may write to its inputs
     try:
         with time_limit(SAMPLE_TIMEOUT_S):
             expected = run_op(op, sample)
@@ -222,7 +246,7 @@ def run_forward(op, sample, values: bool) -> str | None:
             actual = run_op(op, dev)
             torch.neuron.synchronize()
             check_devices(actual)
-            compare(to_cpu(actual), to_cpu(expected), values)
+            compare(to_cpu(actual), to_cpu(expected), values, key)
     except Exception as e:
         return short_error(e)
     return None
@@ -260,8 +284,8 @@ def backward(op, sample, cotangents=None):
     return grads, cotangents
 
 
-def run_backward(op, sample) -> str | None:
-    dev = to_neuron_sample(sample)
+def run_backward(op, key: str, sample) -> str | None:
+    dev = to_neuron_sample(sample, key)
     try:
         with time_limit(SAMPLE_TIMEOUT_S):
             expected, cots = backward(op, sample)
@@ -278,7 +302,7 @@ def run_backward(op, sample) -> str | None:
                 if (a is None) != (e is None):
                     raise Mismatch(f"grad[{i}]: got {a is None and 'None'}, expected {e}")
                 if e is not None:
-                    compare(a.cpu(), e, True, f"grad[{i}]")
+                    compare(a.cpu(), e, True, key, f"grad[{i}]")
     except Exception as e:
         return short_error(e)
     return None
@@ -287,15 +311,23 @@ def run_backward(op, sample) -> str | None:
 @pytest.mark.parametrize("op", OPS, ids=[op_key(op) for op in OPS])
 def test_differential(op, differential_results):
     key = op_key(op)
-    dtypes = tested_dtypes(op)
+    dtypes = dtypes_for(op)
     if not dtypes:
-        differential_results.not_applicable.append(key)
+        differential_results.not_applicable[key] = "OpInfo lists no CPU dtype"
         pytest.skip("OpInfo lists no CPU dtype")
+    if key in NOT_APPLICABLE:
+        differential_results.not_applicable[key] = NOT_APPLICABLE[key]
+        pytest.skip(NOT_APPLICABLE[key])
     result = differential_results.op(key)
     if key in SKIP:
         result.note = SKIP[key]
         pytest.skip(SKIP[key])
     values = key not in VALUE_NOT_COMPARABLE
+    random_samples = RANDOM_SAMPLES.get(key)
+
+    def comparable(sample) -> bool:
+        return values and not (random_samples and random_samples.is_random(sample))
+
     xfail = EXPECTED_FAILURES.get(key)
 
     failures: list[tuple[str, torch.dtype, str]] = []  # (phase, dtype, message)
@@ -311,7 +343,7 @@ def test_differential(op, differential_results):
 
     for dtype in dtypes:
         for sample in itertools.islice(samples(op, dtype, False), MAX_SAMPLES):
-            record("forward", dtype, run_forward(op, sample, values))
+            record("forward", dtype, run_forward(op, key, sample, comparable(sample)))
 
     if (
         values
@@ -320,7 +352,10 @@ def test_differential(op, differential_results):
         and BACKWARD_DTYPE in op.supported_backward_dtypes("cpu")
     ):
         for sample in itertools.islice(samples(op, BACKWARD_DTYPE, True), MAX_SAMPLES):
-            record("backward", BACKWARD_DTYPE, run_backward(op, sample))
+            if comparable(sample):
+                record("backward", BACKWARD_DTYPE, run_backward(op, key, sample))
+            else:
+                record("backward", BACKWARD_DTYPE, "skip")
 
     unexpected = [f for f in failures if not (xfail and xfail.covers(f[0], f[1]))]
     if unexpected:

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace neuron_rt {
 
@@ -79,6 +80,7 @@ class Stream {
 
   void workerLoop();
   void startWorkerLocked();
+  void destroyRetired();
 
   const int device_;
   const int id_;
@@ -88,6 +90,11 @@ class Stream {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::deque<Item> queue_;
+  // Functions of items that have run, destroyed by the next host call
+  // (enqueue / wait). What a work item captures is allocated by the host
+  // thread; freeing it there keeps malloc's per-thread caches effective
+  // (frees on the worker make every host allocation take malloc's slow path).
+  std::vector<Fn> retired_;
   bool worker_sleeping_ = false;
   bool stop_ = false;
   std::thread worker_;

@@ -1,0 +1,131 @@
+"""Helpers shared by the feature tests (fixtures only: no hooks, nothing autouse).
+
+``run_py`` runs Python code in a fresh interpreter (for environment variables and
+import-time behaviour); ``busy`` queues a long chain of device work on the current
+stream, so that tests can tell an asynchronous call from a synchronous one without
+timing anything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+
+# Variables that change the backend's behaviour: a subprocess starts without them
+# unless the test sets them.
+_BACKEND_ENV_PREFIXES = ("NEURON_", "TORCH_NEURONX_")
+
+
+def _child_env(env: dict[str, str] | None) -> dict[str, str]:
+    out = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(_BACKEND_ENV_PREFIXES) and k != "TORCH_DEVICE_BACKEND_AUTOLOAD"
+    }
+    out.update(env or {})
+    return out
+
+
+def _popen(code: str, env: dict[str, str] | None, args: Sequence[str] = ()) -> subprocess.Popen:
+    # A code string that names an existing .py file runs that file (spawn needs a
+    # real __main__ file); anything else runs with -c.
+    if code.endswith(".py") and os.path.isfile(code):
+        argv = [sys.executable, code, *args]
+    else:
+        argv = [sys.executable, "-c", textwrap.dedent(code), *args]
+    return subprocess.Popen(
+        argv,
+        env=_child_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(p: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"subprocess timed out after {timeout}s\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess:
+    """Runs ``code`` (source, or the path of a .py file) in a clean environment plus ``env``."""
+    return _finish(_popen(code, env), timeout)
+
+
+def run_python_many(
+    jobs: Sequence[tuple], timeout: float = 240
+) -> list[subprocess.CompletedProcess]:
+    """Like run_python for several (code, env[, args]) tuples, run side by side."""
+    procs = [_popen(*job) for job in jobs]
+    return [_finish(p, timeout) for p in procs]
+
+
+def check_ok(result: subprocess.CompletedProcess) -> str:
+    """The stdout of a subprocess that must have succeeded."""
+    assert result.returncode == 0, (
+        f"subprocess failed (rc={result.returncode})\n"
+        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def run_py() -> Callable[..., subprocess.CompletedProcess]:
+    return run_python
+
+
+@pytest.fixture(scope="session")
+def run_py_many() -> Callable[..., list[subprocess.CompletedProcess]]:
+    return run_python_many
+
+
+# Source of the busy helper, also pasted into subprocess code.
+BUSY_SRC = """
+def busy(n=12, device=None):
+    # A chain of n dependent 1024x1024 matmuls (tens of ms each on the host
+    # CPU): the stream stays busy long after the Python calls return.
+    a = torch.randn(1024, 1024, device=device or "neuron") / 32
+    b = a
+    for _ in range(n):
+        b = b @ a
+    return b
+"""
+
+
+_busy_ns: dict = {"torch": torch}
+exec(BUSY_SRC, _busy_ns)
+busy: Callable[..., torch.Tensor] = _busy_ns["busy"]
+
+
+@pytest.fixture
+def busy_fn() -> Callable[..., torch.Tensor]:
+    return busy
+
+
+@pytest.fixture(scope="session")
+def busy_src() -> str:
+    return BUSY_SRC
+
+
+@pytest.fixture(scope="session")
+def check() -> Callable[[subprocess.CompletedProcess], str]:
+    return check_ok
+
+
+@pytest.fixture(scope="session")
+def two_devices() -> None:
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two visible neuron devices")

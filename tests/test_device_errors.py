@@ -1,0 +1,172 @@
+"""Device errors: raised at the next sync point, naming the op; the device stays usable."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+N = torch.neuron
+
+
+@pytest.fixture(autouse=True)
+def _clean_device():
+    # No error of another test may be pending, and none of ours may leak out.
+    N.synchronize()
+    yield
+    N.set_stream(N.default_stream())
+    N.synchronize()  # raises if an error of the test was left unreported
+
+
+def _bad_index_select():
+    x = torch.randn(5, 3, device="neuron")
+    return torch.index_select(x, 0, torch.tensor([0, 7], device="neuron"))
+
+
+def _assert_device_works():
+    c = torch.randn(6, 4)
+    n = c.neuron()
+    torch.testing.assert_close((n @ n.t() + 1).cpu(), c @ c.t() + 1)
+    idx = torch.tensor([4, 0, 2])
+    torch.testing.assert_close(torch.index_select(n, 0, idx.neuron()).cpu(), c[idx])
+    N.synchronize()  # no error left behind
+
+
+def test_index_select_out_of_range_raises_at_sync_point():
+    y = _bad_index_select()  # no error here: the op only got queued
+    z = y * y  # nor at later, asynchronous ops
+    with pytest.raises(RuntimeError) as ei:
+        z.cpu()
+    msg = str(ei.value)
+    assert "aten::index_select" in msg, msg
+    assert "out of range" in msg, msg
+    assert "neuron:0" in msg, msg
+    assert "NEURON_LAUNCH_BLOCKING" in msg, msg  # says how to find the op
+    _assert_device_works()
+
+
+def test_embedding_out_of_range_raises_at_sync_point():
+    weight = torch.randn(4, 2, device="neuron")
+    out = F.embedding(torch.tensor([1, 9], device="neuron"), weight)
+    with pytest.raises(RuntimeError) as ei:
+        N.synchronize()
+    msg = str(ei.value)
+    assert "index_select" in msg or "embedding" in msg, msg
+    assert "out of range" in msg, msg
+    del out
+    _assert_device_works()
+    # A valid lookup gives CPU's result.
+    wc = torch.randn(4, 2)
+    ids = torch.tensor([[3, 0], [1, 1]])
+    torch.testing.assert_close(F.embedding(ids.neuron(), wc.neuron()).cpu(), F.embedding(ids, wc))
+
+
+@pytest.mark.parametrize(
+    "sync",
+    [
+        lambda t: t.sum().item(),
+        lambda t: t.cpu(),
+        lambda t: t.tolist(),
+        lambda t: str(t),
+        lambda t: N.synchronize(),
+        lambda t: N.current_stream().synchronize(),
+        lambda t: torch.accelerator.synchronize(),
+    ],
+    ids=["item", "cpu", "tolist", "str", "synchronize", "stream.synchronize", "accelerator"],
+)
+def test_every_sync_point_raises_the_error(sync):
+    y = _bad_index_select()
+    with pytest.raises(RuntimeError, match="aten::index_select"):
+        sync(y)
+    _assert_device_works()
+
+
+def test_event_synchronize_raises_the_error():
+    _bad_index_select()
+    e = N.Event()
+    e.record()
+    with pytest.raises(RuntimeError, match="aten::index_select"):
+        e.synchronize()
+    _assert_device_works()
+
+
+def test_error_is_raised_once():
+    _bad_index_select()
+    with pytest.raises(RuntimeError, match="aten::index_select"):
+        N.synchronize()
+    N.synchronize()  # reported, cleared
+    _assert_device_works()
+
+
+def test_error_on_side_stream():
+    s = N.Stream()
+    with N.stream(s):
+        _bad_index_select()
+    with pytest.raises(RuntimeError, match="aten::index_select"):
+        s.synchronize()
+    with N.stream(s):
+        _assert_device_works()
+    _assert_device_works()
+
+
+def test_other_op_errors_name_their_op():
+    x = torch.randn(5, 3, device="neuron")
+    g = torch.gather(x, 0, torch.tensor([[9, 0, 0]], device="neuron"))
+    with pytest.raises(RuntimeError) as ei:
+        g.cpu()
+    assert "aten::gather" in str(ei.value)
+    _assert_device_works()
+
+
+def test_work_after_the_failure_is_not_half_done():
+    # After the error is raised, new work runs normally and old tensors stay readable.
+    keep = torch.arange(10.0, device="neuron")
+    _bad_index_select()
+    with pytest.raises(RuntimeError):
+        N.synchronize()
+    assert keep.tolist() == list(map(float, range(10)))
+    assert (keep * 2).sum().item() == 90.0
+
+
+def test_user_errors_at_the_op_are_raised_at_once():
+    # Shape errors need no device work: they come from the op itself, as on CPU.
+    a = torch.randn(2, 3, device="neuron")
+    b = torch.randn(4, 5, device="neuron")
+    with pytest.raises(RuntimeError, match="cannot be multiplied|size mismatch|shapes"):
+        a @ b
+    _assert_device_works()
+
+
+def test_launch_blocking_raises_at_the_op(run_py, check):
+    code = """
+import json
+import torch
+import torch.nn.functional as F
+r = {}
+x = torch.randn(5, 3, device="neuron")
+try:
+    torch.index_select(x, 0, torch.tensor([0, 7], device="neuron"))
+    r["index_select"] = None
+except RuntimeError as e:
+    r["index_select"] = str(e)
+try:
+    F.embedding(torch.tensor([1, 9], device="neuron"), torch.randn(4, 2, device="neuron"))
+    r["embedding"] = None
+except RuntimeError as e:
+    r["embedding"] = str(e)
+torch.neuron.synchronize()  # nothing left pending
+c = torch.randn(5, 3)
+n = c.to("neuron")
+r["works"] = torch.equal((n * 2).cpu(), c * 2)
+r["index_ok"] = torch.equal(
+    torch.index_select(n, 0, torch.tensor([4, 0], device="neuron")).cpu(), c[[4, 0]]
+)
+print(json.dumps(r))
+"""
+    r = json.loads(check(run_py(code, env={"NEURON_LAUNCH_BLOCKING": "1"})).splitlines()[-1])
+    assert r["index_select"] is not None, "no error at the op under NEURON_LAUNCH_BLOCKING=1"
+    assert "aten::index_select" in r["index_select"]
+    assert "out of range" in r["index_select"]
+    assert r["embedding"] is not None
+    assert "index_select" in r["embedding"] or "embedding" in r["embedding"]
+    assert r["works"] and r["index_ok"]

@@ -1,0 +1,119 @@
+"""Forked children: a clear error once the parent started the runtime; spawn works.
+
+Each scenario runs in its own interpreter (forking the pytest process, whose runtime
+threads are running, is not something a test should do).
+"""
+
+import json
+
+import torch
+
+SCRIPT = r"""
+import json
+import multiprocessing as mp
+import os
+import sys
+
+import torch
+
+
+def use_neuron(q):
+    try:
+        t = torch.arange(4.0, device="neuron") * 2
+        q.put({"ok": t.sum().item()})
+    except Exception as e:
+        q.put({"error": type(e).__name__, "message": str(e)})
+
+
+def run_in(ctx_name):
+    ctx = mp.get_context(ctx_name)
+    q = ctx.Queue()
+    p = ctx.Process(target=use_neuron, args=(q,))
+    p.start()
+    r = q.get(timeout=120)
+    p.join(timeout=120)
+    r["exitcode"] = p.exitcode
+    return r
+
+
+def os_fork():
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        out = {}
+        for name, f in [
+            ("tensor", lambda: torch.ones(2, device="neuron")),
+            ("synchronize", torch.neuron.synchronize),
+            ("to", lambda: torch.ones(2).to("neuron")),
+        ]:
+            try:
+                f()
+                out[name] = None
+            except RuntimeError as e:
+                out[name] = str(e)
+        out["is_initialized"] = torch.neuron.is_initialized()
+        out["device_count"] = torch.neuron.device_count()  # a query, no device use
+        os.write(wfd, json.dumps(out).encode())
+        os._exit(0)
+    os.close(wfd)
+    data = b""
+    while chunk := os.read(rfd, 65536):
+        data += chunk
+    _, status = os.waitpid(pid, 0)
+    r = json.loads(data)
+    r["status"] = status
+    return r
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1]
+    r = {}
+    if scenario == "fork_before_init":
+        r["mp_fork"] = run_in("fork")
+    else:
+        torch.ones(1, device="neuron").sum().item()  # the parent starts the runtime
+        r["os_fork"] = os_fork()
+        r["mp_fork"] = run_in("fork")
+        r["spawn"] = run_in("spawn")
+    r["parent_still_works"] = (torch.ones(3, device="neuron") + 1).tolist()
+    print(json.dumps(r))
+"""
+
+
+def _run(tmp_path, run_py_many, scenarios):
+    script = tmp_path / "fork_script.py"
+    script.write_text(SCRIPT)
+    return run_py_many([(str(script), None, [s]) for s in scenarios])
+
+
+def test_fork_after_init_and_spawn(tmp_path, run_py_many, check):
+    after, before = _run(tmp_path, run_py_many, ["after_init", "fork_before_init"])
+    r = json.loads(check(after).splitlines()[-1])
+
+    child = r["os_fork"]
+    assert child["status"] == 0, "the forked child crashed"
+    for use in ("tensor", "synchronize", "to"):
+        msg = child[use]
+        assert msg is not None, f"{use} worked in a child forked after initialisation"
+        assert "forked subprocess" in msg, msg
+        assert "'spawn'" in msg, msg
+    assert child["is_initialized"] is False
+    assert child["device_count"] >= 1
+
+    mp_fork = r["mp_fork"]
+    assert mp_fork.get("error") == "RuntimeError", mp_fork
+    assert "'spawn'" in mp_fork["message"]
+    assert mp_fork["exitcode"] == 0  # an exception, not a crash
+
+    assert r["spawn"] == {"ok": 12.0, "exitcode": 0}
+    assert r["parent_still_works"] == [2.0, 2.0, 2.0]
+
+    # Forking before the runtime started is fine: the child starts its own.
+    rb = json.loads(check(before).splitlines()[-1])
+    assert rb["mp_fork"] == {"ok": 12.0, "exitcode": 0}
+    assert rb["parent_still_works"] == [2.0, 2.0, 2.0]
+
+
+def test_in_bad_fork_flag_is_false_in_a_normal_process():
+    assert torch.neuron._is_in_bad_fork() is False
