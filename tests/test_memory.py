@@ -273,14 +273,6 @@ def test_record_stream_delays_reuse(busy_fn):
     del u
 
 
-@pytest.mark.xfail(
-    reason="backend bug: a tensor freed under record_stream stays allocated until the "
-    "side stream's queued item that uses it has run (work items own the storages), "
-    "instead of being freed at once with its reuse deferred; the deferred-free event "
-    "is then recorded by the worker, behind a synchronize() already waiting, so the "
-    "block is not reliably reusable right after side.synchronize()",
-    strict=True,
-)
 def test_record_stream_frees_at_once_and_reuses_after_synchronize(busy_fn):
     side, t = _use_on_busy_side_stream(busy_fn)
     p = t.data_ptr()
@@ -296,13 +288,6 @@ def test_record_stream_frees_at_once_and_reuses_after_synchronize(busy_fn):
     del v
 
 
-@pytest.mark.xfail(
-    reason="backend bug: queued work items keep the storages they use alive, so memory of a "
-    "tensor freed in Python returns only when the device reaches its last use (CUDA: at "
-    "once, stream-ordered reuse); dead intermediates of a deep queue count as allocated "
-    "and can cause an OOM that CUDA would not hit",
-    strict=True,
-)
 def test_freed_tensor_memory_returns_while_its_work_is_queued(busy_fn):
     busy_fn(12)
     before = N.memory_allocated()

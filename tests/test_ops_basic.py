@@ -238,11 +238,6 @@ def test_non_blocking_host_to_device():
     assert n.cpu().eq(0).sum().item() < 1000
 
 
-@pytest.mark.xfail(
-    reason="backend bug: no pinned host allocator (Hooks::getPinnedMemoryAllocator "
-    "missing): pin_memory() and .to('cpu', non_blocking=True) raise NotImplementedError",
-    strict=True,
-)
 def test_non_blocking_device_to_host_and_pin_memory():
     c = torch.randn(1000)
     n = c.to("neuron")
@@ -431,12 +426,6 @@ def test_clear_op_stats_empties_the_lists():
     assert torch_neuronx.get_fallback_ops() == []
 
 
-@pytest.mark.xfail(
-    reason="backend bug: an op that ran before clear_op_stats() is never listed again "
-    "(device_op.cpp notes an op once per process via OpTraits::executed, which the clear "
-    "does not reset)",
-    strict=True,
-)
 def test_ops_are_listed_again_after_clear(x):
     n = x.neuron()
     torch.expm1(n)

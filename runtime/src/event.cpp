@@ -17,7 +17,8 @@ void Event::record(Stream& stream) {
   const uint64_t gen = ++state_->recorded_gen;
   state_->device = stream.device();
   std::shared_ptr<State> st = state_;
-  stream.enqueue(
+  state_->stream = &stream;
+  state_->seq = stream.enqueue(
       "event_record",
       [st, gen] {
         std::lock_guard<std::mutex> g(st->mu);
@@ -53,9 +54,18 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
-  std::unique_lock<std::mutex> lk(state_->mu);
-  uint64_t gen = state_->recorded_gen;
-  state_->cv.wait(lk, [&] { return state_->completed_gen >= gen; });
+  Stream* stream;
+  uint64_t seq;
+  {
+    std::unique_lock<std::mutex> lk(state_->mu);
+    uint64_t gen = state_->recorded_gen;
+    state_->cv.wait(lk, [&] { return state_->completed_gen >= gen; });
+    stream = state_->stream;
+    seq = state_->seq;
+  }
+  // The marker has signalled; wait until its item is complete too, so the
+  // stream reports idle if the event was its last item.
+  if (stream) stream->waitFor(seq);
 }
 
 bool Event::recorded() const {

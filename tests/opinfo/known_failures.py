@@ -142,11 +142,6 @@ COMPOSITE_NORM = (
     "instead of the CPU kernels: half results differ by several ulps (bf16 group_norm up to "
     "9e-2), float32 layer_norm over one element by 1.2e-4"
 )
-STRUCTURED_REDUCED_LOSS = (
-    "backend bug: structured fast path, reduction='mean'/'sum': the CPU out= kernel first "
-    "resizes the 0-dim output to the elementwise shape -> 'Trying to resize storage that is "
-    "not resizable'"
-)
 
 EXPECTED_FAILURES: dict[str, XFail] = {
     # Conjugate views.
@@ -170,7 +165,4 @@ EXPECTED_FAILURES: dict[str, XFail] = {
     "nn.functional.layer_norm": XFail(
         COMPOSITE_NORM, dtypes=HALF | {torch.float32}, phases=("forward",)
     ),
-    # Structured fast path.
-    "nn.functional.mse_loss": XFail(STRUCTURED_REDUCED_LOSS),
-    "nn.functional.smooth_l1_loss": XFail(STRUCTURED_REDUCED_LOSS),
 }

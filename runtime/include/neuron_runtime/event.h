@@ -37,6 +37,10 @@ class Event {
     uint64_t completed_gen = 0;
     int64_t time_ns = 0;
     int device = -1;
+    // The stream and item of the last record, so synchronize() can wait
+    // for the marker item itself to be complete (not only signalled).
+    Stream* stream = nullptr;
+    uint64_t seq = 0;
   };
   std::shared_ptr<State> state_;
 };

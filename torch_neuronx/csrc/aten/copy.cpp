@@ -9,6 +9,7 @@
 #include <neuron_runtime/event.h>
 
 #include "aten/cpu_alias.h"
+#include "aten/device_warnings.h"
 #include "core/device.h"
 #include "core/stream.h"
 
@@ -23,6 +24,7 @@ bool isNeuron(const at::Tensor& t) { return t.device().type() == PrivateUse1; }
 std::function<void()> copyItem(std::shared_ptr<AliasSet> keep, at::Tensor dst,
                                at::Tensor src) {
   return [keep, dst, src]() mutable {
+    useDeviceWarningHandler();
     at::AutoDispatchBelowADInplaceOrView guard;
     try {
       dst.copy_(src);

@@ -21,7 +21,6 @@ at::Tensor AliasSet::alias(const at::Tensor& t) {
                    c10::DataPtr(data, data, &noDelete, c10::Device(c10::kCPU)),
                    /*allocator=*/nullptr, /*resizable=*/false);
     cpu_storages_.emplace_back(dev_storage, std::move(s));
-    keep_alive_.push_back(t.storage());
     cpu = &cpu_storages_.back().second;
   }
   auto impl = c10::make_intrusive<c10::TensorImpl>(

@@ -7,6 +7,11 @@
 // as on the device. Building an alias reads only metadata: it is done on the
 // host at launch time (so later metadata changes on the host, e.g. resize_,
 // cannot affect queued work), and the bytes are touched only by the item.
+//
+// Aliases do not keep device memory alive: as on CUDA, a tensor freed while
+// work using it is queued returns its memory at once, and stream order makes
+// reuse safe (the next user of the block runs after the queued work). Work
+// on other streams is covered by Tensor.record_stream.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,12 +26,9 @@ class AliasSet {
  public:
   // Alias of a neuron tensor (undefined stays undefined).
   at::Tensor alias(const at::Tensor& t);
-  // Device storages the aliases refer to; hold them until the item has run.
-  std::vector<c10::Storage>& keepAlive() { return keep_alive_; }
 
  private:
   std::vector<std::pair<c10::StorageImpl*, c10::Storage>> cpu_storages_;
-  std::vector<c10::Storage> keep_alive_;
 };
 
 }  // namespace torch_neuronx

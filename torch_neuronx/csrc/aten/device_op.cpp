@@ -5,14 +5,16 @@
 #include <c10/core/ScalarTypeToTypeMeta.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "aten/cpu_alias.h"
+#include "aten/device_warnings.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
@@ -31,7 +33,8 @@ constexpr auto PrivateUse1 = c10::DeviceType::PrivateUse1;
 struct OpTraits {
   std::string name;
   bool meta_missing = false;  // Meta kernel absent: always run synchronously
-  bool executed = false;
+  bool meta_differs = false;  // Meta kernel describes other outputs than CPU's
+  std::atomic<uint32_t> noted{0};  // op-stats generation this op was last recorded in
   bool tensor_returns_only = true;
   // Per return: index of the argument it aliases (-1 fresh), and whether the
   // alias is a write (in-place / out=) or a view.
@@ -39,6 +42,18 @@ struct OpTraits {
   std::vector<bool> alias_write;
   std::vector<bool> arg_is_out;
 };
+
+// Ops whose Meta kernel describes the CUDA kernel's outputs rather than the
+// CPU kernel's: batch norm's saved statistics (on CPU empty when not
+// training, and in the input's dtype), embedding_bag's offset2bag and
+// bag_size. The CPU kernel decides their outputs, so they run synchronously.
+bool metaDiffersFromCpu(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+      "aten::_batch_norm_with_update", "aten::_embedding_bag",
+      "aten::_embedding_bag_forward_only"};
+  return ops.count(name) > 0;
+}
 
 std::mutex g_traits_mu;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpTraits>>
@@ -52,6 +67,7 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   slot = std::make_unique<OpTraits>();
   OpTraits& t = *slot;
   t.name = schema.operator_name().name;
+  t.meta_differs = metaDiffersFromCpu(t.name);
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
   const auto& args = schema.arguments();
   for (const auto& a : args) t.arg_is_out.push_back(a.is_out());
@@ -210,6 +226,7 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
 }
 
 void runCpu(CpuCall& call) {
+  useDeviceWarningHandler();
   // Device work never records autograd history.
   at::AutoDispatchBelowADInplaceOrView guard;
   try {
@@ -261,9 +278,7 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
     }
   }
   if (!copies->empty()) {
-    auto keep = std::make_shared<std::vector<c10::Storage>>(
-        std::move(out_aliases.keepAlive()));
-    launch(device, "copy_results", [copies, keep] {
+    launch(device, "copy_results", [copies] {
       at::AutoDispatchBelowADInplaceOrView guard;
       for (auto& [dst, src] : *copies) dst.copy_(src);
     });
@@ -313,12 +328,9 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   " but the op runs on neuron:", static_cast<int>(device));
     });
   }
-  if (!traits.executed) {
-    traits.executed = true;
-    noteExecuted(traits.name);
-  }
+  noteExecutedOnce(traits.name.c_str(), traits.noted);
 
-  if (traits.meta_missing || !traits.tensor_returns_only) {
+  if (traits.meta_missing || traits.meta_differs || !traits.tensor_returns_only) {
     runSynchronously(op, traits, stack, std::move(args), device);
     return;
   }
@@ -430,18 +442,13 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
         for (auto& [i, target] : *targets) {
           const IValue& result = call->args[i];
           if (target.isTensor()) {
-            if (target.toTensor().defined() && (target.toTensor().sizes() != result.toTensor().sizes() || target.toTensor().dtype() != result.toTensor().dtype()))
-              fprintf(stderr, "META-MISMATCH %s ret %d\n", call->op.schema().operator_name().name.c_str(), i);
             if (target.toTensor().defined())
               target.toTensor().copy_(result.toTensor());
           } else {
             auto dst = target.toTensorList();
             auto src = result.toTensorList();
-            for (size_t k = 0; k < dst.size(); ++k) {
-              if (dst.get(k).defined() && (dst.get(k).sizes() != src.get(k).sizes() || dst.get(k).dtype() != src.get(k).dtype()))
-                fprintf(stderr, "META-MISMATCH %s list %d\n", call->op.schema().operator_name().name.c_str(), i);
+            for (size_t k = 0; k < dst.size(); ++k)
               if (dst.get(k).defined()) dst.get(k).copy_(src.get(k));
-            }
           }
         }
       } catch (const c10::Error& e) {
@@ -452,6 +459,46 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
 
   torch::jit::drop(*stack, nargs);
   for (auto& o : outs) stack->push_back(std::move(o));
+}
+
+namespace {
+
+// ATen sends convolutions on backends it does not know to the
+// *_overrideable hooks, whose own (CompositeExplicitAutograd) kernels only
+// throw, and would win over the fallback. The compute engine is ATen's CPU
+// backend, so they run as the ops the CPU backend implements.
+void convolutionOverrideable(const c10::OperatorHandle&, c10::DispatchKeySet ks,
+                             torch::jit::Stack* stack) {
+  static const c10::OperatorHandle conv =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  deviceOpFallback(conv, ks, stack);  // same arguments
+}
+
+void convolutionBackwardOverrideable(const c10::OperatorHandle& op,
+                                     c10::DispatchKeySet ks,
+                                     torch::jit::Stack* stack) {
+  static const c10::OperatorHandle conv_backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow(
+          "aten::convolution_backward", "");
+  // convolution_backward also takes bias_sizes (after weight): the bias
+  // gradient has one entry per channel of grad_output.
+  const size_t nargs = op.schema().arguments().size();
+  const auto first = stack->end() - static_cast<std::ptrdiff_t>(nargs);
+  IValue bias_sizes;
+  if (first[nargs - 1].toBoolList().get(2))
+    bias_sizes = IValue(std::vector<int64_t>{first[0].toTensor().size(1)});
+  stack->insert(first + 3, std::move(bias_sizes));
+  deviceOpFallback(conv_backward, ks, stack);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&convolutionOverrideable>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<
+             &convolutionBackwardOverrideable>());
 }
 
 }  // namespace torch_neuronx

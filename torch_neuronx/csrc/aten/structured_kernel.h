@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "aten/cpu_alias.h"
+#include "aten/device_warnings.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
 #include "core/storage.h"
@@ -159,6 +160,7 @@ std::tuple<Ts...> aliasOut(AliasSet& a, const std::tuple<Ts...>& t) {
 
 template <typename F>
 void runOnDevice(F&& f) {
+  useDeviceWarningHandler();
   at::AutoDispatchBelowADInplaceOrView guard;
   try {
     f();
@@ -167,9 +169,6 @@ void runOnDevice(F&& f) {
   }
 }
 
-inline void noteOnce(std::once_flag& flag, const char* name) {
-  std::call_once(flag, [&] { noteExecuted(name); });
-}
 
 template <auto MetaFn, auto CpuOutFn, const char* Name,
           typename Sig = decltype(MetaFn)>
@@ -179,8 +178,8 @@ template <auto MetaFn, auto CpuOutFn, const char* Name, typename Ret,
           typename... Args>
 struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
   static Ret call(Args... args) {
-    static std::once_flag noted;
-    noteOnce(noted, Name);
+    static std::atomic<uint32_t> noted{0};
+    noteExecutedOnce(Name, noted);
     DeviceCheck dc;
     (ArgOf<Args>::check(dc, args), ...);
     c10::DeviceIndex device = dc.finish();
@@ -219,8 +218,8 @@ struct Inplace;
 template <auto MetaFn, auto CpuFn, const char* Name, typename... Rest>
 struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
   static at::Tensor& call(at::Tensor& self, Rest... rest) {
-    static std::once_flag noted;
-    noteOnce(noted, Name);
+    static std::atomic<uint32_t> noted{0};
+    noteExecutedOnce(Name, noted);
     TORCH_CHECK(isNeuron(self), Name, ": the tensor written to is on ",
                 self.device(), ", not on a neuron device");
     DeviceCheck dc;

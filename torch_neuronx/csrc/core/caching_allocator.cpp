@@ -77,10 +77,23 @@ class DeviceCache {
                 : (size + kLargeRounding - 1) / kLargeRounding * kLargeRounding;
       block = newSegmentLocked(seg_size, stream, small);
       if (!block) {
-        // Give cached, fully free segments back and try once more.
+        // Out of HBM. Queued work may still use cached segments, so wait for
+        // the device (which also drops what finished work held), then give
+        // every fully free cached segment back and try once more.
         stats_.num_alloc_retries++;
-        releaseCachedLocked();
-        block = newSegmentLocked(seg_size, stream, small);
+        lk.unlock();
+        runtimeDevice(device_).synchronize();
+        lk.lock();
+        processDeferredLocked();
+        block = findFreeLocked(pool, size, stream);
+        if (block) {
+          pool.erase(block);
+        } else {
+          releaseCachedLocked();
+          block = newSegmentLocked(seg_size, stream, small);
+          // A small capacity may not fit a whole small segment.
+          if (!block && small) block = newSegmentLocked(size, stream, small);
+        }
       }
       if (!block) {
         stats_.num_ooms++;

@@ -4,6 +4,7 @@
 
 #include "core/device.h"
 #include "core/generator.h"
+#include "core/pinned_allocator.h"
 #include "core/storage.h"
 
 namespace torch_neuronx {
@@ -36,7 +37,13 @@ c10::DeviceIndex Hooks::maybeExchangeDevice(c10::DeviceIndex device) const {
   return torch_neuronx::exchangeDevice(device);
 }
 
-bool Hooks::isPinnedPtr(const void*) const { return false; }
+bool Hooks::isPinnedPtr(const void* data) const {
+  return pinnedAllocator().isPinned(data);
+}
+
+c10::Allocator* Hooks::getPinnedMemoryAllocator() const {
+  return &pinnedAllocator();
+}
 
 c10::Device Hooks::getDeviceFromPtr(void* data) const {
   auto& rt = runtime();

@@ -17,6 +17,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override;
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override;
   bool isPinnedPtr(const void* data) const override;
+  c10::Allocator* getPinnedMemoryAllocator() const override;
   c10::Device getDeviceFromPtr(void* data) const override;
   const at::Generator& getDefaultGenerator(
       c10::DeviceIndex device_index) const override;

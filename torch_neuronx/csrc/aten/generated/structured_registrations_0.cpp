@@ -7,14 +7,18 @@
 #include <ATen/ops/_addmm_activation_meta_dispatch.h>
 #include <ATen/ops/_convert_indices_from_csr_to_coo_cpu_dispatch.h>
 #include <ATen/ops/_convert_indices_from_csr_to_coo_meta_dispatch.h>
+#include <ATen/ops/_linalg_det_cpu_dispatch.h>
+#include <ATen/ops/_linalg_det_meta_dispatch.h>
+#include <ATen/ops/_linalg_eigh_cpu_dispatch.h>
+#include <ATen/ops/_linalg_eigh_meta_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_cpu_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_meta_dispatch.h>
 #include <ATen/ops/_softmax_cpu_dispatch.h>
 #include <ATen/ops/_softmax_meta_dispatch.h>
-#include <ATen/ops/_upsample_bicubic2d_aa_cpu_dispatch.h>
-#include <ATen/ops/_upsample_bicubic2d_aa_meta_dispatch.h>
-#include <ATen/ops/_upsample_bilinear2d_aa_cpu_dispatch.h>
-#include <ATen/ops/_upsample_bilinear2d_aa_meta_dispatch.h>
-#include <ATen/ops/adaptive_max_pool2d_backward_cpu_dispatch.h>
-#include <ATen/ops/adaptive_max_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_cpu_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_meta_dispatch.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/add_meta_dispatch.h>
 #include <ATen/ops/addcmul_cpu_dispatch.h>
@@ -31,8 +35,8 @@
 #include <ATen/ops/asinh_meta_dispatch.h>
 #include <ATen/ops/atan2_cpu_dispatch.h>
 #include <ATen/ops/atan2_meta_dispatch.h>
-#include <ATen/ops/avg_pool2d_backward_cpu_dispatch.h>
-#include <ATen/ops/avg_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_cpu_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_meta_dispatch.h>
 #include <ATen/ops/baddbmm_cpu_dispatch.h>
 #include <ATen/ops/baddbmm_meta_dispatch.h>
 #include <ATen/ops/bitwise_and_cpu_dispatch.h>
@@ -57,6 +61,8 @@
 #include <ATen/ops/cumsum_meta_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/elu_backward_cpu_dispatch.h>
+#include <ATen/ops/elu_backward_meta_dispatch.h>
 #include <ATen/ops/eq_cpu_dispatch.h>
 #include <ATen/ops/eq_meta_dispatch.h>
 #include <ATen/ops/erfc_cpu_dispatch.h>
@@ -69,20 +75,18 @@
 #include <ATen/ops/fmin_meta_dispatch.h>
 #include <ATen/ops/fmod_cpu_dispatch.h>
 #include <ATen/ops/fmod_meta_dispatch.h>
-#include <ATen/ops/fractional_max_pool2d_backward_cpu_dispatch.h>
-#include <ATen/ops/fractional_max_pool2d_backward_meta_dispatch.h>
 #include <ATen/ops/gcd_cpu_dispatch.h>
 #include <ATen/ops/gcd_meta_dispatch.h>
 #include <ATen/ops/ge_cpu_dispatch.h>
 #include <ATen/ops/ge_meta_dispatch.h>
 #include <ATen/ops/gelu_cpu_dispatch.h>
 #include <ATen/ops/gelu_meta_dispatch.h>
-#include <ATen/ops/glu_cpu_dispatch.h>
-#include <ATen/ops/glu_meta_dispatch.h>
 #include <ATen/ops/gt_cpu_dispatch.h>
 #include <ATen/ops/gt_meta_dispatch.h>
 #include <ATen/ops/hardshrink_backward_cpu_dispatch.h>
 #include <ATen/ops/hardshrink_backward_meta_dispatch.h>
+#include <ATen/ops/hardsigmoid_cpu_dispatch.h>
+#include <ATen/ops/hardsigmoid_meta_dispatch.h>
 #include <ATen/ops/heaviside_cpu_dispatch.h>
 #include <ATen/ops/heaviside_meta_dispatch.h>
 #include <ATen/ops/i0_cpu_dispatch.h>
@@ -95,18 +99,16 @@
 #include <ATen/ops/index_reduce_meta_dispatch.h>
 #include <ATen/ops/isin_cpu_dispatch.h>
 #include <ATen/ops/isin_meta_dispatch.h>
+#include <ATen/ops/isposinf_cpu_dispatch.h>
+#include <ATen/ops/isposinf_meta_dispatch.h>
 #include <ATen/ops/le_cpu_dispatch.h>
 #include <ATen/ops/le_meta_dispatch.h>
 #include <ATen/ops/leaky_relu_cpu_dispatch.h>
 #include <ATen/ops/leaky_relu_meta_dispatch.h>
 #include <ATen/ops/lerp_cpu_dispatch.h>
 #include <ATen/ops/lerp_meta_dispatch.h>
-#include <ATen/ops/linalg_ldl_solve_cpu_dispatch.h>
-#include <ATen/ops/linalg_ldl_solve_meta_dispatch.h>
-#include <ATen/ops/linalg_lu_cpu_dispatch.h>
-#include <ATen/ops/linalg_lu_meta_dispatch.h>
-#include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
-#include <ATen/ops/linalg_vector_norm_meta_dispatch.h>
+#include <ATen/ops/linalg_cross_cpu_dispatch.h>
+#include <ATen/ops/linalg_cross_meta_dispatch.h>
 #include <ATen/ops/log10_cpu_dispatch.h>
 #include <ATen/ops/log10_meta_dispatch.h>
 #include <ATen/ops/log2_cpu_dispatch.h>
@@ -117,6 +119,8 @@
 #include <ATen/ops/lu_unpack_meta_dispatch.h>
 #include <ATen/ops/max_cpu_dispatch.h>
 #include <ATen/ops/max_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_cpu_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_meta_dispatch.h>
 #include <ATen/ops/ne_cpu_dispatch.h>
 #include <ATen/ops/ne_meta_dispatch.h>
 #include <ATen/ops/nextafter_cpu_dispatch.h>
@@ -129,12 +133,12 @@
 #include <ATen/ops/pow_meta_dispatch.h>
 #include <ATen/ops/reciprocal_cpu_dispatch.h>
 #include <ATen/ops/reciprocal_meta_dispatch.h>
-#include <ATen/ops/reflection_pad1d_cpu_dispatch.h>
-#include <ATen/ops/reflection_pad1d_meta_dispatch.h>
+#include <ATen/ops/reflection_pad3d_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad3d_meta_dispatch.h>
 #include <ATen/ops/renorm_cpu_dispatch.h>
 #include <ATen/ops/renorm_meta_dispatch.h>
-#include <ATen/ops/replication_pad1d_cpu_dispatch.h>
-#include <ATen/ops/replication_pad1d_meta_dispatch.h>
+#include <ATen/ops/replication_pad2d_cpu_dispatch.h>
+#include <ATen/ops/replication_pad2d_meta_dispatch.h>
 #include <ATen/ops/round_cpu_dispatch.h>
 #include <ATen/ops/round_meta_dispatch.h>
 #include <ATen/ops/scatter_cpu_dispatch.h>
@@ -143,54 +147,50 @@
 #include <ATen/ops/scatter_reduce_meta_dispatch.h>
 #include <ATen/ops/sgn_cpu_dispatch.h>
 #include <ATen/ops/sgn_meta_dispatch.h>
+#include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
+#include <ATen/ops/sigmoid_backward_meta_dispatch.h>
 #include <ATen/ops/sigmoid_cpu_dispatch.h>
 #include <ATen/ops/sigmoid_meta_dispatch.h>
 #include <ATen/ops/silu_cpu_dispatch.h>
 #include <ATen/ops/silu_meta_dispatch.h>
 #include <ATen/ops/sinc_cpu_dispatch.h>
 #include <ATen/ops/sinc_meta_dispatch.h>
-#include <ATen/ops/smooth_l1_loss_cpu_dispatch.h>
-#include <ATen/ops/smooth_l1_loss_meta_dispatch.h>
-#include <ATen/ops/softplus_backward_cpu_dispatch.h>
-#include <ATen/ops/softplus_backward_meta_dispatch.h>
+#include <ATen/ops/softshrink_backward_cpu_dispatch.h>
+#include <ATen/ops/softshrink_backward_meta_dispatch.h>
 #include <ATen/ops/sort_cpu_dispatch.h>
 #include <ATen/ops/sort_meta_dispatch.h>
-#include <ATen/ops/special_airy_ai_cpu_dispatch.h>
-#include <ATen/ops/special_airy_ai_meta_dispatch.h>
-#include <ATen/ops/special_bessel_y1_cpu_dispatch.h>
-#include <ATen/ops/special_bessel_y1_meta_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_w_cpu_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_w_meta_dispatch.h>
-#include <ATen/ops/special_entr_cpu_dispatch.h>
-#include <ATen/ops/special_entr_meta_dispatch.h>
-#include <ATen/ops/special_i1e_cpu_dispatch.h>
-#include <ATen/ops/special_i1e_meta_dispatch.h>
-#include <ATen/ops/special_legendre_polynomial_p_cpu_dispatch.h>
-#include <ATen/ops/special_legendre_polynomial_p_meta_dispatch.h>
-#include <ATen/ops/special_modified_bessel_k1_cpu_dispatch.h>
-#include <ATen/ops/special_modified_bessel_k1_meta_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_u_cpu_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_u_meta_dispatch.h>
-#include <ATen/ops/special_xlog1py_cpu_dispatch.h>
-#include <ATen/ops/special_xlog1py_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j1_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_j1_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_u_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_u_meta_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_he_cpu_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_he_meta_dispatch.h>
+#include <ATen/ops/special_i0e_cpu_dispatch.h>
+#include <ATen/ops/special_i0e_meta_dispatch.h>
+#include <ATen/ops/special_log_ndtr_cpu_dispatch.h>
+#include <ATen/ops/special_log_ndtr_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i1_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i1_meta_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k1_cpu_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k1_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_w_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_w_meta_dispatch.h>
 #include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta_dispatch.h>
 #include <ATen/ops/tan_cpu_dispatch.h>
 #include <ATen/ops/tan_meta_dispatch.h>
-#include <ATen/ops/tanh_backward_cpu_dispatch.h>
-#include <ATen/ops/tanh_backward_meta_dispatch.h>
 #include <ATen/ops/threshold_cpu_dispatch.h>
 #include <ATen/ops/threshold_meta_dispatch.h>
-#include <ATen/ops/upsample_linear1d_cpu_dispatch.h>
-#include <ATen/ops/upsample_linear1d_meta_dispatch.h>
-#include <ATen/ops/upsample_nearest1d_backward_cpu_dispatch.h>
-#include <ATen/ops/upsample_nearest1d_backward_meta_dispatch.h>
-#include <ATen/ops/upsample_nearest2d_backward_cpu_dispatch.h>
-#include <ATen/ops/upsample_nearest2d_backward_meta_dispatch.h>
-#include <ATen/ops/upsample_nearest3d_backward_cpu_dispatch.h>
-#include <ATen/ops/upsample_nearest3d_backward_meta_dispatch.h>
-#include <ATen/ops/upsample_trilinear3d_cpu_dispatch.h>
-#include <ATen/ops/upsample_trilinear3d_meta_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_meta_dispatch.h>
 #include <ATen/ops/xlogy_cpu_dispatch.h>
 #include <ATen/ops/xlogy_meta_dispatch.h>
 
@@ -266,35 +266,35 @@ constexpr char k_sort_stable[] = "aten::sort.stable";
 constexpr char k_renorm[] = "aten::renorm";
 constexpr char k_pow_Tensor_Scalar[] = "aten::pow.Tensor_Scalar";
 constexpr char k__convert_indices_from_csr_to_coo[] = "aten::_convert_indices_from_csr_to_coo";
-constexpr char k_smooth_l1_loss[] = "aten::smooth_l1_loss";
-constexpr char k_glu[] = "aten::glu";
-constexpr char k_leaky_relu[] = "aten::leaky_relu";
-constexpr char k_softplus_backward[] = "aten::softplus_backward";
-constexpr char k_adaptive_max_pool2d_backward[] = "aten::adaptive_max_pool2d_backward";
-constexpr char k_avg_pool2d_backward[] = "aten::avg_pool2d_backward";
-constexpr char k_fractional_max_pool2d_backward[] = "aten::fractional_max_pool2d_backward";
-constexpr char k_reflection_pad1d[] = "aten::reflection_pad1d";
-constexpr char k_replication_pad1d[] = "aten::replication_pad1d";
-constexpr char k_upsample_linear1d[] = "aten::upsample_linear1d";
-constexpr char k__upsample_bilinear2d_aa[] = "aten::_upsample_bilinear2d_aa";
-constexpr char k__upsample_bicubic2d_aa[] = "aten::_upsample_bicubic2d_aa";
-constexpr char k_upsample_trilinear3d[] = "aten::upsample_trilinear3d";
-constexpr char k_upsample_nearest1d_backward[] = "aten::upsample_nearest1d_backward";
-constexpr char k_upsample_nearest2d_backward[] = "aten::upsample_nearest2d_backward";
-constexpr char k_upsample_nearest3d_backward[] = "aten::upsample_nearest3d_backward";
-constexpr char k_tanh_backward[] = "aten::tanh_backward";
-constexpr char k_special_entr[] = "aten::special_entr";
-constexpr char k_special_xlog1py[] = "aten::special_xlog1py";
-constexpr char k_special_i1e[] = "aten::special_i1e";
-constexpr char k_linalg_lu[] = "aten::linalg_lu";
-constexpr char k_linalg_ldl_solve[] = "aten::linalg_ldl_solve";
-constexpr char k_linalg_vector_norm[] = "aten::linalg_vector_norm";
-constexpr char k_special_airy_ai[] = "aten::special_airy_ai";
-constexpr char k_special_bessel_y1[] = "aten::special_bessel_y1";
-constexpr char k_special_chebyshev_polynomial_w[] = "aten::special_chebyshev_polynomial_w";
-constexpr char k_special_legendre_polynomial_p[] = "aten::special_legendre_polynomial_p";
-constexpr char k_special_modified_bessel_k1[] = "aten::special_modified_bessel_k1";
-constexpr char k_special_shifted_chebyshev_polynomial_u[] = "aten::special_shifted_chebyshev_polynomial_u";
+constexpr char k_elu_backward[] = "aten::elu_backward";
+constexpr char k_hardsigmoid_[] = "aten::hardsigmoid_";
+constexpr char k_leaky_relu_[] = "aten::leaky_relu_";
+constexpr char k_softshrink_backward[] = "aten::softshrink_backward";
+constexpr char k_adaptive_max_pool3d_backward[] = "aten::adaptive_max_pool3d_backward";
+constexpr char k_avg_pool3d_backward[] = "aten::avg_pool3d_backward";
+constexpr char k_max_pool2d_with_indices[] = "aten::max_pool2d_with_indices";
+constexpr char k_reflection_pad3d[] = "aten::reflection_pad3d";
+constexpr char k_replication_pad2d[] = "aten::replication_pad2d";
+constexpr char k_upsample_bilinear2d[] = "aten::upsample_bilinear2d";
+constexpr char k_upsample_bicubic2d[] = "aten::upsample_bicubic2d";
+constexpr char k__upsample_lanczos2d_aa[] = "aten::_upsample_lanczos2d_aa";
+constexpr char k_upsample_nearest1d[] = "aten::upsample_nearest1d";
+constexpr char k_upsample_nearest2d[] = "aten::upsample_nearest2d";
+constexpr char k_upsample_nearest3d[] = "aten::upsample_nearest3d";
+constexpr char k_sigmoid_backward[] = "aten::sigmoid_backward";
+constexpr char k_isposinf[] = "aten::isposinf";
+constexpr char k_special_log_ndtr[] = "aten::special_log_ndtr";
+constexpr char k_special_i0e[] = "aten::special_i0e";
+constexpr char k_linalg_cross[] = "aten::linalg_cross";
+constexpr char k__linalg_det[] = "aten::_linalg_det";
+constexpr char k__linalg_eigh[] = "aten::_linalg_eigh";
+constexpr char k__linalg_solve_ex[] = "aten::_linalg_solve_ex";
+constexpr char k_special_bessel_j1[] = "aten::special_bessel_j1";
+constexpr char k_special_chebyshev_polynomial_u[] = "aten::special_chebyshev_polynomial_u";
+constexpr char k_special_hermite_polynomial_he[] = "aten::special_hermite_polynomial_he";
+constexpr char k_special_modified_bessel_i1[] = "aten::special_modified_bessel_i1";
+constexpr char k_special_scaled_modified_bessel_k1[] = "aten::special_scaled_modified_bessel_k1";
+constexpr char k_special_shifted_chebyshev_polynomial_w[] = "aten::special_shifted_chebyshev_polynomial_w";
 
 }  // namespace
 
@@ -500,93 +500,93 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_convert_indices_from_csr_to_coo",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::_convert_indices_from_csr_to_coo),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::_convert_indices_from_csr_to_coo_out), k__convert_indices_from_csr_to_coo>::call)));
-  m.impl("smooth_l1_loss",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, int64_t, double)>(&at::meta::smooth_l1_loss),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t, double)>(&at::cpu::smooth_l1_loss_out), k_smooth_l1_loss>::call)));
-  m.impl("glu",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::glu),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::glu_out), k_glu>::call)));
-  m.impl("leaky_relu",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::leaky_relu),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::leaky_relu_out), k_leaky_relu>::call)));
-  m.impl("softplus_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::softplus_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::softplus_backward_out), k_softplus_backward>::call)));
-  m.impl("adaptive_max_pool2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::adaptive_max_pool2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::adaptive_max_pool2d_backward_out), k_adaptive_max_pool2d_backward>::call)));
-  m.impl("avg_pool2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool2d_backward_out), k_avg_pool2d_backward>::call)));
-  m.impl("fractional_max_pool2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool2d_backward_out), k_fractional_max_pool2d_backward>::call)));
-  m.impl("reflection_pad1d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad1d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad1d_out), k_reflection_pad1d>::call)));
-  m.impl("replication_pad1d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad1d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad1d_out), k_replication_pad1d>::call)));
-  m.impl("upsample_linear1d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>)>(&at::meta::upsample_linear1d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>)>(&at::cpu::upsample_linear1d_out), k_upsample_linear1d>::call)));
-  m.impl("_upsample_bilinear2d_aa",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bilinear2d_aa),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bilinear2d_aa_out), k__upsample_bilinear2d_aa>::call)));
-  m.impl("_upsample_bicubic2d_aa",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bicubic2d_aa),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bicubic2d_aa_out), k__upsample_bicubic2d_aa>::call)));
-  m.impl("upsample_trilinear3d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_trilinear3d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_trilinear3d_out), k_upsample_trilinear3d>::call)));
-  m.impl("upsample_nearest1d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::meta::upsample_nearest1d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::upsample_nearest1d_backward_out), k_upsample_nearest1d_backward>::call)));
-  m.impl("upsample_nearest2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest2d_backward_out), k_upsample_nearest2d_backward>::call)));
-  m.impl("upsample_nearest3d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest3d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest3d_backward_out), k_upsample_nearest3d_backward>::call)));
-  m.impl("tanh_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::tanh_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::tanh_backward_out), k_tanh_backward>::call)));
-  m.impl("special_entr",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_entr),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_entr_out), k_special_entr>::call)));
-  m.impl("special_xlog1py",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_xlog1py),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_xlog1py_out), k_special_xlog1py>::call)));
-  m.impl("special_i1e",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i1e),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i1e_out), k_special_i1e>::call)));
-  m.impl("linalg_lu",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool)>(&at::meta::linalg_lu),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool)>(&at::cpu::linalg_lu_out), k_linalg_lu>::call)));
-  m.impl("linalg_ldl_solve",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool)>(&at::meta::linalg_ldl_solve),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, bool)>(&at::cpu::linalg_ldl_solve_out), k_linalg_ldl_solve>::call)));
-  m.impl("linalg_vector_norm",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::meta::linalg_vector_norm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::cpu::linalg_vector_norm_out), k_linalg_vector_norm>::call)));
-  m.impl("special_airy_ai",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_airy_ai),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_airy_ai_out), k_special_airy_ai>::call)));
-  m.impl("special_bessel_y1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_y1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_y1_out), k_special_bessel_y1>::call)));
-  m.impl("special_chebyshev_polynomial_w",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_w),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_w_out), k_special_chebyshev_polynomial_w>::call)));
-  m.impl("special_legendre_polynomial_p",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_legendre_polynomial_p),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_legendre_polynomial_p_out), k_special_legendre_polynomial_p>::call)));
-  m.impl("special_modified_bessel_k1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_k1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_k1_out), k_special_modified_bessel_k1>::call)));
-  m.impl("special_shifted_chebyshev_polynomial_u",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_u),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_u_out), k_special_shifted_chebyshev_polynomial_u>::call)));
+  m.impl("elu_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &)>(&at::meta::elu_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &)>(&at::cpu::elu_backward_out), k_elu_backward>::call)));
+  m.impl("hardsigmoid_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::hardsigmoid_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::hardsigmoid_), k_hardsigmoid_>::call)));
+  m.impl("leaky_relu_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::leaky_relu_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::leaky_relu_), k_leaky_relu_>::call)));
+  m.impl("softshrink_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::softshrink_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::softshrink_backward_out), k_softshrink_backward>::call)));
+  m.impl("adaptive_max_pool3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::adaptive_max_pool3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::adaptive_max_pool3d_backward_out), k_adaptive_max_pool3d_backward>::call)));
+  m.impl("avg_pool3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool3d_backward_out), k_avg_pool3d_backward>::call)));
+  m.impl("max_pool2d_with_indices",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool)>(&at::meta::max_pool2d_with_indices),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool)>(&at::cpu::max_pool2d_with_indices_out), k_max_pool2d_with_indices>::call)));
+  m.impl("reflection_pad3d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad3d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad3d_out), k_reflection_pad3d>::call)));
+  m.impl("replication_pad2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad2d_out), k_replication_pad2d>::call)));
+  m.impl("upsample_bilinear2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bilinear2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bilinear2d_out), k_upsample_bilinear2d>::call)));
+  m.impl("upsample_bicubic2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bicubic2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bicubic2d_out), k_upsample_bicubic2d>::call)));
+  m.impl("_upsample_lanczos2d_aa",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_lanczos2d_aa),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_lanczos2d_aa_out), k__upsample_lanczos2d_aa>::call)));
+  m.impl("upsample_nearest1d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::meta::upsample_nearest1d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::upsample_nearest1d_out), k_upsample_nearest1d>::call)));
+  m.impl("upsample_nearest2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest2d_out), k_upsample_nearest2d>::call)));
+  m.impl("upsample_nearest3d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest3d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest3d_out), k_upsample_nearest3d>::call)));
+  m.impl("sigmoid_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::sigmoid_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::sigmoid_backward_out), k_sigmoid_backward>::call)));
+  m.impl("isposinf",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::isposinf),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::isposinf_out), k_isposinf>::call)));
+  m.impl("special_log_ndtr",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_log_ndtr),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_log_ndtr_out), k_special_log_ndtr>::call)));
+  m.impl("special_i0e",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i0e),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i0e_out), k_special_i0e>::call)));
+  m.impl("linalg_cross",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, int64_t)>(&at::meta::linalg_cross),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::linalg_cross_out), k_linalg_cross>::call)));
+  m.impl("_linalg_det",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &)>(&at::meta::_linalg_det),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &)>(&at::cpu::_linalg_det_out), k__linalg_det>::call)));
+  m.impl("_linalg_eigh",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, c10::string_view, bool)>(&at::meta::_linalg_eigh),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::_linalg_eigh_out), k__linalg_eigh>::call)));
+  m.impl("_linalg_solve_ex",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::_linalg_solve_ex),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::_linalg_solve_ex_out), k__linalg_solve_ex>::call)));
+  m.impl("special_bessel_j1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_j1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_j1_out), k_special_bessel_j1>::call)));
+  m.impl("special_chebyshev_polynomial_u",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_u),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_u_out), k_special_chebyshev_polynomial_u>::call)));
+  m.impl("special_hermite_polynomial_he",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_hermite_polynomial_he),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_hermite_polynomial_he_out), k_special_hermite_polynomial_he>::call)));
+  m.impl("special_modified_bessel_i1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_i1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_i1_out), k_special_modified_bessel_i1>::call)));
+  m.impl("special_scaled_modified_bessel_k1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k1_out), k_special_scaled_modified_bessel_k1>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_w",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_w),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_w_out), k_special_shifted_chebyshev_polynomial_w>::call)));
 }
 
 }  // namespace torch_neuronx::structured

@@ -5,20 +5,26 @@
 
 #include <ATen/ops/_convert_indices_from_coo_to_csr_cpu_dispatch.h>
 #include <ATen/ops/_convert_indices_from_coo_to_csr_meta_dispatch.h>
-#include <ATen/ops/_upsample_lanczos2d_aa_backward_cpu_dispatch.h>
-#include <ATen/ops/_upsample_lanczos2d_aa_backward_meta_dispatch.h>
-#include <ATen/ops/_upsample_nearest_exact1d_cpu_dispatch.h>
-#include <ATen/ops/_upsample_nearest_exact1d_meta_dispatch.h>
-#include <ATen/ops/_upsample_nearest_exact2d_cpu_dispatch.h>
-#include <ATen/ops/_upsample_nearest_exact2d_meta_dispatch.h>
-#include <ATen/ops/_upsample_nearest_exact3d_cpu_dispatch.h>
-#include <ATen/ops/_upsample_nearest_exact3d_meta_dispatch.h>
+#include <ATen/ops/_linalg_slogdet_cpu_dispatch.h>
+#include <ATen/ops/_linalg_slogdet_meta_dispatch.h>
+#include <ATen/ops/_linalg_svd_cpu_dispatch.h>
+#include <ATen/ops/_linalg_svd_meta_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact1d_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact1d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_backward_meta_dispatch.h>
 #include <ATen/ops/acos_cpu_dispatch.h>
 #include <ATen/ops/acos_meta_dispatch.h>
 #include <ATen/ops/acosh_cpu_dispatch.h>
 #include <ATen/ops/acosh_meta_dispatch.h>
-#include <ATen/ops/adaptive_max_pool2d_cpu_dispatch.h>
-#include <ATen/ops/adaptive_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_meta_dispatch.h>
 #include <ATen/ops/addcmul_cpu_dispatch.h>
 #include <ATen/ops/addcmul_meta_dispatch.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -33,8 +39,8 @@
 #include <ATen/ops/atan_meta_dispatch.h>
 #include <ATen/ops/atanh_cpu_dispatch.h>
 #include <ATen/ops/atanh_meta_dispatch.h>
-#include <ATen/ops/avg_pool2d_cpu_dispatch.h>
-#include <ATen/ops/avg_pool2d_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_cpu_dispatch.h>
+#include <ATen/ops/avg_pool3d_meta_dispatch.h>
 #include <ATen/ops/bitwise_and_cpu_dispatch.h>
 #include <ATen/ops/bitwise_and_meta_dispatch.h>
 #include <ATen/ops/bitwise_not_cpu_dispatch.h>
@@ -69,16 +75,16 @@
 #include <ATen/ops/expm1_meta_dispatch.h>
 #include <ATen/ops/frac_cpu_dispatch.h>
 #include <ATen/ops/frac_meta_dispatch.h>
-#include <ATen/ops/fractional_max_pool2d_cpu_dispatch.h>
-#include <ATen/ops/fractional_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_cpu_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_meta_dispatch.h>
 #include <ATen/ops/ge_cpu_dispatch.h>
 #include <ATen/ops/ge_meta_dispatch.h>
 #include <ATen/ops/gt_cpu_dispatch.h>
 #include <ATen/ops/gt_meta_dispatch.h>
 #include <ATen/ops/hardshrink_cpu_dispatch.h>
 #include <ATen/ops/hardshrink_meta_dispatch.h>
-#include <ATen/ops/hardsigmoid_backward_cpu_dispatch.h>
-#include <ATen/ops/hardsigmoid_backward_meta_dispatch.h>
+#include <ATen/ops/hardsigmoid_cpu_dispatch.h>
+#include <ATen/ops/hardsigmoid_meta_dispatch.h>
 #include <ATen/ops/hash_tensor_cpu_dispatch.h>
 #include <ATen/ops/hash_tensor_meta_dispatch.h>
 #include <ATen/ops/hypot_cpu_dispatch.h>
@@ -91,32 +97,24 @@
 #include <ATen/ops/index_reduce_meta_dispatch.h>
 #include <ATen/ops/isin_cpu_dispatch.h>
 #include <ATen/ops/isin_meta_dispatch.h>
-#include <ATen/ops/isneginf_cpu_dispatch.h>
-#include <ATen/ops/isneginf_meta_dispatch.h>
 #include <ATen/ops/lcm_cpu_dispatch.h>
 #include <ATen/ops/lcm_meta_dispatch.h>
 #include <ATen/ops/le_cpu_dispatch.h>
 #include <ATen/ops/le_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_cpu_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_meta_dispatch.h>
 #include <ATen/ops/lerp_cpu_dispatch.h>
 #include <ATen/ops/lerp_meta_dispatch.h>
-#include <ATen/ops/linalg_inv_ex_cpu_dispatch.h>
-#include <ATen/ops/linalg_inv_ex_meta_dispatch.h>
-#include <ATen/ops/linalg_ldl_factor_ex_cpu_dispatch.h>
-#include <ATen/ops/linalg_ldl_factor_ex_meta_dispatch.h>
-#include <ATen/ops/linalg_lu_factor_ex_cpu_dispatch.h>
-#include <ATen/ops/linalg_lu_factor_ex_meta_dispatch.h>
-#include <ATen/ops/linalg_qr_cpu_dispatch.h>
-#include <ATen/ops/linalg_qr_meta_dispatch.h>
+#include <ATen/ops/linalg_cholesky_ex_cpu_dispatch.h>
+#include <ATen/ops/linalg_cholesky_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_solve_cpu_dispatch.h>
+#include <ATen/ops/linalg_lu_solve_meta_dispatch.h>
 #include <ATen/ops/log10_cpu_dispatch.h>
 #include <ATen/ops/log10_meta_dispatch.h>
 #include <ATen/ops/log2_cpu_dispatch.h>
 #include <ATen/ops/log2_meta_dispatch.h>
-#include <ATen/ops/logit_backward_cpu_dispatch.h>
-#include <ATen/ops/logit_backward_meta_dispatch.h>
 #include <ATen/ops/lt_cpu_dispatch.h>
 #include <ATen/ops/lt_meta_dispatch.h>
-#include <ATen/ops/max_pool2d_with_indices_backward_cpu_dispatch.h>
-#include <ATen/ops/max_pool2d_with_indices_backward_meta_dispatch.h>
 #include <ATen/ops/min_cpu_dispatch.h>
 #include <ATen/ops/min_meta_dispatch.h>
 #include <ATen/ops/minimum_cpu_dispatch.h>
@@ -129,16 +127,14 @@
 #include <ATen/ops/ne_meta_dispatch.h>
 #include <ATen/ops/neg_cpu_dispatch.h>
 #include <ATen/ops/neg_meta_dispatch.h>
-#include <ATen/ops/nll_loss_backward_cpu_dispatch.h>
-#include <ATen/ops/nll_loss_backward_meta_dispatch.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/pow_meta_dispatch.h>
-#include <ATen/ops/reflection_pad3d_backward_cpu_dispatch.h>
-#include <ATen/ops/reflection_pad3d_backward_meta_dispatch.h>
+#include <ATen/ops/reflection_pad1d_backward_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad1d_backward_meta_dispatch.h>
 #include <ATen/ops/remainder_cpu_dispatch.h>
 #include <ATen/ops/remainder_meta_dispatch.h>
-#include <ATen/ops/replication_pad3d_cpu_dispatch.h>
-#include <ATen/ops/replication_pad3d_meta_dispatch.h>
+#include <ATen/ops/replication_pad1d_backward_cpu_dispatch.h>
+#include <ATen/ops/replication_pad1d_backward_meta_dispatch.h>
 #include <ATen/ops/round_cpu_dispatch.h>
 #include <ATen/ops/round_meta_dispatch.h>
 #include <ATen/ops/scatter_cpu_dispatch.h>
@@ -153,24 +149,26 @@
 #include <ATen/ops/sin_meta_dispatch.h>
 #include <ATen/ops/sinh_cpu_dispatch.h>
 #include <ATen/ops/sinh_meta_dispatch.h>
-#include <ATen/ops/softplus_cpu_dispatch.h>
-#include <ATen/ops/softplus_meta_dispatch.h>
-#include <ATen/ops/special_bessel_y0_cpu_dispatch.h>
-#include <ATen/ops/special_bessel_y0_meta_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_v_cpu_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_v_meta_dispatch.h>
-#include <ATen/ops/special_erfcx_cpu_dispatch.h>
-#include <ATen/ops/special_erfcx_meta_dispatch.h>
-#include <ATen/ops/special_i1_cpu_dispatch.h>
-#include <ATen/ops/special_i1_meta_dispatch.h>
-#include <ATen/ops/special_laguerre_polynomial_l_cpu_dispatch.h>
-#include <ATen/ops/special_laguerre_polynomial_l_meta_dispatch.h>
-#include <ATen/ops/special_modified_bessel_k0_cpu_dispatch.h>
-#include <ATen/ops/special_modified_bessel_k0_meta_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_t_cpu_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_t_meta_dispatch.h>
-#include <ATen/ops/special_spherical_bessel_j0_cpu_dispatch.h>
-#include <ATen/ops/special_spherical_bessel_j0_meta_dispatch.h>
+#include <ATen/ops/slow_conv_transpose2d_cpu_dispatch.h>
+#include <ATen/ops/slow_conv_transpose2d_meta_dispatch.h>
+#include <ATen/ops/softshrink_cpu_dispatch.h>
+#include <ATen/ops/softshrink_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j0_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_j0_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_t_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_t_meta_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_h_cpu_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_h_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i0_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i0_meta_dispatch.h>
+#include <ATen/ops/special_ndtri_cpu_dispatch.h>
+#include <ATen/ops/special_ndtri_meta_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k0_cpu_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k0_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_v_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_v_meta_dispatch.h>
+#include <ATen/ops/special_zeta_cpu_dispatch.h>
+#include <ATen/ops/special_zeta_meta_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/sub_meta_dispatch.h>
 #include <ATen/ops/tan_cpu_dispatch.h>
@@ -183,10 +181,10 @@
 #include <ATen/ops/tril_meta_dispatch.h>
 #include <ATen/ops/trunc_cpu_dispatch.h>
 #include <ATen/ops/trunc_meta_dispatch.h>
-#include <ATen/ops/upsample_bicubic2d_backward_cpu_dispatch.h>
-#include <ATen/ops/upsample_bicubic2d_backward_meta_dispatch.h>
-#include <ATen/ops/upsample_bilinear2d_backward_cpu_dispatch.h>
-#include <ATen/ops/upsample_bilinear2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_linear1d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_linear1d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_backward_meta_dispatch.h>
 #include <ATen/ops/xlogy_cpu_dispatch.h>
 #include <ATen/ops/xlogy_meta_dispatch.h>
 
@@ -261,36 +259,35 @@ constexpr char k_minimum[] = "aten::minimum";
 constexpr char k_any[] = "aten::any";
 constexpr char k_pow_Scalar[] = "aten::pow.Scalar";
 constexpr char k__convert_indices_from_coo_to_csr[] = "aten::_convert_indices_from_coo_to_csr";
-constexpr char k_nll_loss_backward[] = "aten::nll_loss_backward";
-constexpr char k_elu_[] = "aten::elu_";
-constexpr char k_hardsigmoid_backward[] = "aten::hardsigmoid_backward";
-constexpr char k_softplus[] = "aten::softplus";
-constexpr char k_adaptive_max_pool2d[] = "aten::adaptive_max_pool2d";
-constexpr char k_avg_pool2d[] = "aten::avg_pool2d";
-constexpr char k_fractional_max_pool2d[] = "aten::fractional_max_pool2d";
-constexpr char k_max_pool2d_with_indices_backward[] = "aten::max_pool2d_with_indices_backward";
-constexpr char k_reflection_pad3d_backward[] = "aten::reflection_pad3d_backward";
-constexpr char k_replication_pad3d[] = "aten::replication_pad3d";
-constexpr char k_upsample_bilinear2d_backward[] = "aten::upsample_bilinear2d_backward";
-constexpr char k_upsample_bicubic2d_backward[] = "aten::upsample_bicubic2d_backward";
-constexpr char k__upsample_lanczos2d_aa_backward[] = "aten::_upsample_lanczos2d_aa_backward";
-constexpr char k__upsample_nearest_exact1d[] = "aten::_upsample_nearest_exact1d";
-constexpr char k__upsample_nearest_exact2d[] = "aten::_upsample_nearest_exact2d";
-constexpr char k__upsample_nearest_exact3d[] = "aten::_upsample_nearest_exact3d";
-constexpr char k_logit_backward[] = "aten::logit_backward";
-constexpr char k_isneginf[] = "aten::isneginf";
-constexpr char k_special_erfcx[] = "aten::special_erfcx";
-constexpr char k_special_i1[] = "aten::special_i1";
-constexpr char k_linalg_lu_factor_ex[] = "aten::linalg_lu_factor_ex";
-constexpr char k_linalg_ldl_factor_ex[] = "aten::linalg_ldl_factor_ex";
-constexpr char k_linalg_inv_ex[] = "aten::linalg_inv_ex";
-constexpr char k_linalg_qr[] = "aten::linalg_qr";
-constexpr char k_special_bessel_y0[] = "aten::special_bessel_y0";
-constexpr char k_special_chebyshev_polynomial_v[] = "aten::special_chebyshev_polynomial_v";
-constexpr char k_special_laguerre_polynomial_l[] = "aten::special_laguerre_polynomial_l";
-constexpr char k_special_modified_bessel_k0[] = "aten::special_modified_bessel_k0";
-constexpr char k_special_shifted_chebyshev_polynomial_t[] = "aten::special_shifted_chebyshev_polynomial_t";
-constexpr char k_special_spherical_bessel_j0[] = "aten::special_spherical_bessel_j0";
+constexpr char k_elu[] = "aten::elu";
+constexpr char k_hardsigmoid[] = "aten::hardsigmoid";
+constexpr char k_leaky_relu_backward[] = "aten::leaky_relu_backward";
+constexpr char k_softshrink[] = "aten::softshrink";
+constexpr char k_adaptive_max_pool3d[] = "aten::adaptive_max_pool3d";
+constexpr char k_avg_pool3d[] = "aten::avg_pool3d";
+constexpr char k_fractional_max_pool3d[] = "aten::fractional_max_pool3d";
+constexpr char k_reflection_pad1d_backward[] = "aten::reflection_pad1d_backward";
+constexpr char k_replication_pad1d_backward[] = "aten::replication_pad1d_backward";
+constexpr char k_upsample_linear1d_backward[] = "aten::upsample_linear1d_backward";
+constexpr char k__upsample_bilinear2d_aa_backward[] = "aten::_upsample_bilinear2d_aa_backward";
+constexpr char k__upsample_bicubic2d_aa_backward[] = "aten::_upsample_bicubic2d_aa_backward";
+constexpr char k_upsample_trilinear3d_backward[] = "aten::upsample_trilinear3d_backward";
+constexpr char k__upsample_nearest_exact1d_backward[] = "aten::_upsample_nearest_exact1d_backward";
+constexpr char k__upsample_nearest_exact2d_backward[] = "aten::_upsample_nearest_exact2d_backward";
+constexpr char k__upsample_nearest_exact3d_backward[] = "aten::_upsample_nearest_exact3d_backward";
+constexpr char k_slow_conv_transpose2d[] = "aten::slow_conv_transpose2d";
+constexpr char k_special_ndtri[] = "aten::special_ndtri";
+constexpr char k_special_zeta[] = "aten::special_zeta";
+constexpr char k_linalg_cholesky_ex[] = "aten::linalg_cholesky_ex";
+constexpr char k_linalg_lu_solve[] = "aten::linalg_lu_solve";
+constexpr char k__linalg_slogdet[] = "aten::_linalg_slogdet";
+constexpr char k__linalg_svd[] = "aten::_linalg_svd";
+constexpr char k_special_bessel_j0[] = "aten::special_bessel_j0";
+constexpr char k_special_chebyshev_polynomial_t[] = "aten::special_chebyshev_polynomial_t";
+constexpr char k_special_hermite_polynomial_h[] = "aten::special_hermite_polynomial_h";
+constexpr char k_special_modified_bessel_i0[] = "aten::special_modified_bessel_i0";
+constexpr char k_special_scaled_modified_bessel_k0[] = "aten::special_scaled_modified_bessel_k0";
+constexpr char k_special_shifted_chebyshev_polynomial_v[] = "aten::special_shifted_chebyshev_polynomial_v";
 
 }  // namespace
 
@@ -493,96 +490,93 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_convert_indices_from_coo_to_csr",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::_convert_indices_from_coo_to_csr),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::_convert_indices_from_coo_to_csr_out), k__convert_indices_from_coo_to_csr>::call)));
-  m.impl("nll_loss_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, const at::Tensor &)>(&at::meta::nll_loss_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, const at::Tensor &)>(&at::cpu::nll_loss_backward_out), k_nll_loss_backward>::call)));
-  m.impl("elu_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::meta::elu_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::cpu::elu_), k_elu_>::call)));
-  m.impl("hardsigmoid_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::hardsigmoid_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::hardsigmoid_backward_out), k_hardsigmoid_backward>::call)));
-  m.impl("softplus",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::softplus),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::softplus_out), k_softplus>::call)));
-  m.impl("adaptive_max_pool2d",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::adaptive_max_pool2d),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::adaptive_max_pool2d_out), k_adaptive_max_pool2d>::call)));
-  m.impl("avg_pool2d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool2d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool2d_out), k_avg_pool2d>::call)));
-  m.impl("fractional_max_pool2d",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool2d),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool2d_out), k_fractional_max_pool2d>::call)));
-  m.impl("max_pool2d_with_indices_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, const at::Tensor &)>(&at::meta::max_pool2d_with_indices_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, const at::Tensor &)>(&at::cpu::max_pool2d_with_indices_backward_out), k_max_pool2d_with_indices_backward>::call)));
-  m.impl("reflection_pad3d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad3d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad3d_backward_out), k_reflection_pad3d_backward>::call)));
-  m.impl("replication_pad3d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad3d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad3d_out), k_replication_pad3d>::call)));
-  m.impl("upsample_bilinear2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bilinear2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bilinear2d_backward_out), k_upsample_bilinear2d_backward>::call)));
-  m.impl("upsample_bicubic2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bicubic2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bicubic2d_backward_out), k_upsample_bicubic2d_backward>::call)));
-  m.impl("_upsample_lanczos2d_aa_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_lanczos2d_aa_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_lanczos2d_aa_backward_out), k__upsample_lanczos2d_aa_backward>::call)));
-  m.impl("_upsample_nearest_exact1d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact1d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact1d_out), k__upsample_nearest_exact1d>::call)));
-  m.impl("_upsample_nearest_exact2d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact2d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact2d_out), k__upsample_nearest_exact2d>::call)));
-  m.impl("_upsample_nearest_exact3d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact3d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact3d_out), k__upsample_nearest_exact3d>::call)));
-  m.impl("logit_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, ::std::optional<double>)>(&at::meta::logit_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, ::std::optional<double>)>(&at::cpu::logit_backward_out), k_logit_backward>::call)));
-  m.impl("isneginf",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::isneginf),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::isneginf_out), k_isneginf>::call)));
-  m.impl("special_erfcx",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_erfcx),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_erfcx_out), k_special_erfcx>::call)));
-  m.impl("special_i1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i1_out), k_special_i1>::call)));
-  m.impl("linalg_lu_factor_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_lu_factor_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_lu_factor_ex_out), k_linalg_lu_factor_ex>::call)));
-  m.impl("linalg_ldl_factor_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_ldl_factor_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_ldl_factor_ex_out), k_linalg_ldl_factor_ex>::call)));
-  m.impl("linalg_inv_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, bool)>(&at::meta::linalg_inv_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, bool)>(&at::cpu::linalg_inv_ex_out), k_linalg_inv_ex>::call)));
-  m.impl("linalg_qr",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, c10::string_view)>(&at::meta::linalg_qr),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::linalg_qr_out), k_linalg_qr>::call)));
-  m.impl("special_bessel_y0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_y0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_y0_out), k_special_bessel_y0>::call)));
-  m.impl("special_chebyshev_polynomial_v",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_v),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_v_out), k_special_chebyshev_polynomial_v>::call)));
-  m.impl("special_laguerre_polynomial_l",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_laguerre_polynomial_l),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_laguerre_polynomial_l_out), k_special_laguerre_polynomial_l>::call)));
-  m.impl("special_modified_bessel_k0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_k0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_k0_out), k_special_modified_bessel_k0>::call)));
-  m.impl("special_shifted_chebyshev_polynomial_t",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_t),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_t_out), k_special_shifted_chebyshev_polynomial_t>::call)));
-  m.impl("special_spherical_bessel_j0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_spherical_bessel_j0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_spherical_bessel_j0_out), k_special_spherical_bessel_j0>::call)));
+  m.impl("elu",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::meta::elu),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::cpu::elu_out), k_elu>::call)));
+  m.impl("hardsigmoid",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::hardsigmoid),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::hardsigmoid_out), k_hardsigmoid>::call)));
+  m.impl("leaky_relu_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, bool)>(&at::meta::leaky_relu_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, bool)>(&at::cpu::leaky_relu_backward_out), k_leaky_relu_backward>::call)));
+  m.impl("softshrink",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::softshrink),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::softshrink_out), k_softshrink>::call)));
+  m.impl("adaptive_max_pool3d",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::adaptive_max_pool3d),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::adaptive_max_pool3d_out), k_adaptive_max_pool3d>::call)));
+  m.impl("avg_pool3d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool3d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool3d_out), k_avg_pool3d>::call)));
+  m.impl("fractional_max_pool3d",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool3d),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool3d_out), k_fractional_max_pool3d>::call)));
+  m.impl("reflection_pad1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad1d_backward_out), k_reflection_pad1d_backward>::call)));
+  m.impl("replication_pad1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad1d_backward_out), k_replication_pad1d_backward>::call)));
+  m.impl("upsample_linear1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>)>(&at::meta::upsample_linear1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>)>(&at::cpu::upsample_linear1d_backward_out), k_upsample_linear1d_backward>::call)));
+  m.impl("_upsample_bilinear2d_aa_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bilinear2d_aa_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bilinear2d_aa_backward_out), k__upsample_bilinear2d_aa_backward>::call)));
+  m.impl("_upsample_bicubic2d_aa_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bicubic2d_aa_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bicubic2d_aa_backward_out), k__upsample_bicubic2d_aa_backward>::call)));
+  m.impl("upsample_trilinear3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_trilinear3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_trilinear3d_backward_out), k_upsample_trilinear3d_backward>::call)));
+  m.impl("_upsample_nearest_exact1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact1d_backward_out), k__upsample_nearest_exact1d_backward>::call)));
+  m.impl("_upsample_nearest_exact2d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact2d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact2d_backward_out), k__upsample_nearest_exact2d_backward>::call)));
+  m.impl("_upsample_nearest_exact3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact3d_backward_out), k__upsample_nearest_exact3d_backward>::call)));
+  m.impl("slow_conv_transpose2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef)>(&at::meta::slow_conv_transpose2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef)>(&at::cpu::slow_conv_transpose2d_out), k_slow_conv_transpose2d>::call)));
+  m.impl("special_ndtri",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_ndtri),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_ndtri_out), k_special_ndtri>::call)));
+  m.impl("special_zeta",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_zeta),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_zeta_out), k_special_zeta>::call)));
+  m.impl("linalg_cholesky_ex",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_cholesky_ex),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_cholesky_ex_out), k_linalg_cholesky_ex>::call)));
+  m.impl("linalg_lu_solve",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::linalg_lu_solve),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_lu_solve_out), k_linalg_lu_solve>::call)));
+  m.impl("_linalg_slogdet",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &)>(&at::meta::_linalg_slogdet),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &)>(&at::cpu::_linalg_slogdet_out), k__linalg_slogdet>::call)));
+  m.impl("_linalg_svd",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool, ::std::optional<c10::string_view>)>(&at::meta::_linalg_svd),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool, ::std::optional<c10::string_view>)>(&at::cpu::_linalg_svd_out), k__linalg_svd>::call)));
+  m.impl("special_bessel_j0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_j0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_j0_out), k_special_bessel_j0>::call)));
+  m.impl("special_chebyshev_polynomial_t",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_t),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_t_out), k_special_chebyshev_polynomial_t>::call)));
+  m.impl("special_hermite_polynomial_h",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_hermite_polynomial_h),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_hermite_polynomial_h_out), k_special_hermite_polynomial_h>::call)));
+  m.impl("special_modified_bessel_i0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_i0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_i0_out), k_special_modified_bessel_i0>::call)));
+  m.impl("special_scaled_modified_bessel_k0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k0_out), k_special_scaled_modified_bessel_k0>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_v",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_v),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_v_out), k_special_shifted_chebyshev_polynomial_v>::call)));
 }
 
 }  // namespace torch_neuronx::structured
