@@ -127,42 +127,13 @@ TOLERANCES: dict[str, Tolerance] = {
 SKIP: dict[str, str] = {}
 
 # Root causes, one reason each (see the bug list in the suite's report).
-CONJ_BITS = (
-    "backend bug: CPU aliases of device tensors drop the lazy conjugate/negative bits "
-    "(AliasSet::alias in cpu_alias.cpp), so conj()/neg views read as plain values "
-    "(also t.conj().cpu())"
-)
 SPARSE = (
     "backend bug: sparse layouts are not supported on neuron (no SparseCsrPrivateUse1 / "
     "SparsePrivateUse1 kernels; to_sparse's sparse CPU result is copied into a dense output)"
 )
-COMPOSITE_NORM = (
-    "backend bug: neuron runs ATen's CompositeExplicitAutograd math kernels "
-    "(math_native_layer_norm / math_group_norm, which win over the PrivateUse1 fallback) "
-    "instead of the CPU kernels: half results differ by several ulps (bf16 group_norm up to "
-    "9e-2), float32 layer_norm over one element by 1.2e-4"
-)
-
 EXPECTED_FAILURES: dict[str, XFail] = {
-    # Conjugate views.
-    "fft.ifft": XFail(CONJ_BITS),
-    "fft.ihfft": XFail(CONJ_BITS),
-    "fft.ihfft2": XFail(CONJ_BITS),
-    "fft.ihfftn": XFail(CONJ_BITS),
-    "fft.hfft2": XFail(CONJ_BITS),
-    "fft.hfftn": XFail(CONJ_BITS),
-    "polar": XFail(CONJ_BITS, phases=("backward",)),
-    "linalg.eig": XFail(CONJ_BITS, phases=("backward",)),
-    "linalg.eigvals": XFail(CONJ_BITS, phases=("backward",)),
     # Sparse layouts.
     "to_sparse": XFail(SPARSE),
     "sparse.sampled_addmm": XFail(SPARSE),
     "sparse.mm.reduce": XFail(SPARSE),
-    # Composite kernels instead of the CPU ones.
-    "native_layer_norm": XFail(COMPOSITE_NORM, phases=("forward",), dtypes=HALF),
-    "native_group_norm": XFail(COMPOSITE_NORM, phases=("forward",), dtypes=HALF),
-    "nn.functional.group_norm": XFail(COMPOSITE_NORM, phases=("forward",), dtypes=HALF),
-    "nn.functional.layer_norm": XFail(
-        COMPOSITE_NORM, dtypes=HALF | {torch.float32}, phases=("forward",)
-    ),
 }

@@ -25,7 +25,7 @@ std::function<void()> copyItem(std::shared_ptr<AliasSet> keep, at::Tensor dst,
                                at::Tensor src) {
   return [keep, dst, src]() mutable {
     useDeviceWarningHandler();
-    at::AutoDispatchBelowADInplaceOrView guard;
+    c10::InferenceMode guard;
     try {
       dst.copy_(src);
     } catch (const c10::Error& e) {

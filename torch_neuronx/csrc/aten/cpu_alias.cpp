@@ -1,5 +1,6 @@
 #include "aten/cpu_alias.h"
 
+#include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
 
 namespace torch_neuronx {
@@ -23,10 +24,15 @@ at::Tensor AliasSet::alias(const at::Tensor& t) {
     cpu_storages_.emplace_back(dev_storage, std::move(s));
     cpu = &cpu_storages_.back().second;
   }
+  // An inference tensor: no version counter to allocate, no autograd keys.
+  c10::InferenceMode inference;
   auto impl = c10::make_intrusive<c10::TensorImpl>(
       c10::Storage(*cpu), c10::DispatchKeySet(c10::DispatchKey::CPU),
       t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  // Lazy conjugation and negation are part of what the bytes mean.
+  if (t.is_conj()) impl->_set_conj(true);
+  if (t.is_neg()) impl->_set_neg(true);
   return at::Tensor(std::move(impl));
 }
 

@@ -5,7 +5,6 @@
 #include <c10/core/ScalarTypeToTypeMeta.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
-#include <torch/library.h>
 
 #include <memory>
 #include <mutex>
@@ -34,6 +33,8 @@ struct OpTraits {
   std::string name;
   bool meta_missing = false;  // Meta kernel absent: always run synchronously
   bool meta_differs = false;  // Meta kernel describes other outputs than CPU's
+  // Corrects a Meta kernel's dtypes where they follow CUDA, not CPU.
+  void (*adjust_meta)(CachedMeta&, const std::vector<IValue>&) = nullptr;
   std::atomic<uint32_t> noted{0};  // op-stats generation this op was last recorded in
   bool tensor_returns_only = true;
   // Per return: index of the argument it aliases (-1 fresh), and whether the
@@ -55,6 +56,14 @@ bool metaDiffersFromCpu(const std::string& name) {
   return ops.count(name) > 0;
 }
 
+// layer_norm on CPU keeps mean and rstd in the input's dtype; the Meta
+// kernel (CUDA's convention) makes them float32 for half inputs.
+void layerNormStatsInInputDtype(CachedMeta& m, const std::vector<IValue>& args) {
+  c10::ScalarType dtype = args[0].toTensor().scalar_type();
+  for (size_t i = 1; i < m.returns.size(); ++i)
+    for (TensorMeta& t : m.returns[i]) t.dtype = dtype;
+}
+
 std::mutex g_traits_mu;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpTraits>>
     g_traits;
@@ -68,6 +77,7 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   OpTraits& t = *slot;
   t.name = schema.operator_name().name;
   t.meta_differs = metaDiffersFromCpu(t.name);
+  if (t.name == "aten::native_layer_norm") t.adjust_meta = &layerNormStatsInInputDtype;
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
   const auto& args = schema.arguments();
   for (const auto& a : args) t.arg_is_out.push_back(a.is_out());
@@ -227,8 +237,7 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
 
 void runCpu(CpuCall& call) {
   useDeviceWarningHandler();
-  // Device work never records autograd history.
-  at::AutoDispatchBelowADInplaceOrView guard;
+  c10::InferenceMode guard;  // device work records no autograd history
   try {
     call.op.callBoxed(call.args);
   } catch (const c10::Error& e) {
@@ -279,7 +288,7 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   }
   if (!copies->empty()) {
     launch(device, "copy_results", [copies] {
-      at::AutoDispatchBelowADInplaceOrView guard;
+      c10::InferenceMode guard;
       for (auto& [dst, src] : *copies) dst.copy_(src);
     });
   }
@@ -369,6 +378,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
       });
       computed.returns.push_back(std::move(r));
     }
+    if (traits.adjust_meta) traits.adjust_meta(computed, args);
     if (cacheable) storeCachedMeta(key, computed);
     cached = &computed;
   }
@@ -437,7 +447,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
           }));
     launch(device, traits.name.c_str(), [call, targets] {
       runCpu(*call);
-      at::AutoDispatchBelowADInplaceOrView guard;
+      c10::InferenceMode guard;
       try {
         for (auto& [i, target] : *targets) {
           const IValue& result = call->args[i];
@@ -459,46 +469,6 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
 
   torch::jit::drop(*stack, nargs);
   for (auto& o : outs) stack->push_back(std::move(o));
-}
-
-namespace {
-
-// ATen sends convolutions on backends it does not know to the
-// *_overrideable hooks, whose own (CompositeExplicitAutograd) kernels only
-// throw, and would win over the fallback. The compute engine is ATen's CPU
-// backend, so they run as the ops the CPU backend implements.
-void convolutionOverrideable(const c10::OperatorHandle&, c10::DispatchKeySet ks,
-                             torch::jit::Stack* stack) {
-  static const c10::OperatorHandle conv =
-      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
-  deviceOpFallback(conv, ks, stack);  // same arguments
-}
-
-void convolutionBackwardOverrideable(const c10::OperatorHandle& op,
-                                     c10::DispatchKeySet ks,
-                                     torch::jit::Stack* stack) {
-  static const c10::OperatorHandle conv_backward =
-      c10::Dispatcher::singleton().findSchemaOrThrow(
-          "aten::convolution_backward", "");
-  // convolution_backward also takes bias_sizes (after weight): the bias
-  // gradient has one entry per channel of grad_output.
-  const size_t nargs = op.schema().arguments().size();
-  const auto first = stack->end() - static_cast<std::ptrdiff_t>(nargs);
-  IValue bias_sizes;
-  if (first[nargs - 1].toBoolList().get(2))
-    bias_sizes = IValue(std::vector<int64_t>{first[0].toTensor().size(1)});
-  stack->insert(first + 3, std::move(bias_sizes));
-  deviceOpFallback(conv_backward, ks, stack);
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable",
-         torch::CppFunction::makeFromBoxedFunction<&convolutionOverrideable>());
-  m.impl("convolution_backward_overrideable",
-         torch::CppFunction::makeFromBoxedFunction<
-             &convolutionBackwardOverrideable>());
 }
 
 }  // namespace torch_neuronx

@@ -143,13 +143,42 @@ bool MetaCacheKey::add(const c10::IValue& v) {
   return true;
 }
 
-bool MetaCacheKey::build(const void* op,
-                         const std::vector<c10::IValue>& args) {
+void MetaCacheKey::start(const void* op) {
   words_.clear();
   storages_.clear();
   words_.push_back(reinterpret_cast<int64_t>(op));
   // Factories without a dtype follow the default dtype.
   words_.push_back(static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
+}
+
+void MetaCacheKey::addDouble(double d) { words_.push_back(bitsOf(d)); }
+
+void MetaCacheKey::addScalar(const c10::Scalar& s) {
+  // The scalar's kind and value both matter (int ** 2 stays int, int ** 2.5
+  // does not).
+  if (s.isBoolean()) {
+    words_.push_back(kBool);
+    words_.push_back(s.toBool());
+  } else if (s.isIntegral(false)) {
+    words_.push_back(kInt);
+    words_.push_back(s.toLong());
+  } else if (s.isComplex()) {
+    auto c = s.toComplexDouble();
+    words_.push_back(kComplex);
+    words_.push_back(bitsOf(c.real()));
+    words_.push_back(bitsOf(c.imag()));
+  } else if (s.isFloatingPoint()) {
+    words_.push_back(kDouble);
+    words_.push_back(bitsOf(s.toDouble()));
+  } else {
+    words_.push_back(kSymbolic);
+    words_.push_back(reinterpret_cast<int64_t>(&s));  // never matches again
+  }
+}
+
+bool MetaCacheKey::build(const void* op,
+                         const std::vector<c10::IValue>& args) {
+  start(op);
   for (const auto& v : args)
     if (!add(v)) return false;
   return true;

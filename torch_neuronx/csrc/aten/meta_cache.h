@@ -37,9 +37,15 @@ class MetaCacheKey {
   bool build(const void* op, const std::vector<c10::IValue>& args);
   const std::vector<int64_t>& words() const { return words_; }
 
+  // Piecewise encoding, for callers with unboxed arguments.
+  void start(const void* op);
+  void addTensor(const at::Tensor& t);
+  void addWord(int64_t w) { words_.push_back(w); }
+  void addDouble(double d);
+  void addScalar(const c10::Scalar& s);
+
  private:
   bool add(const c10::IValue& v);
-  void addTensor(const at::Tensor& t);
   std::vector<int64_t> words_;
   std::vector<const void*> storages_;
 };

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include "core/device.h"
@@ -62,10 +63,13 @@ at::Tensor MetaMirror::operator()(const at::Tensor& t) {
                         c10::GetAllocator(c10::kMeta), /*resizable=*/true));
     ms = &storages_.back().second;
   }
+  c10::InferenceMode inference;  // no version counter, no autograd keys
   auto impl = c10::make_intrusive<c10::TensorImpl>(
       c10::Storage(*ms), c10::DispatchKeySet(c10::DispatchKey::Meta),
       t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) impl->_set_conj(true);
+  if (t.is_neg()) impl->_set_neg(true);
   return at::Tensor(std::move(impl));
 }
 

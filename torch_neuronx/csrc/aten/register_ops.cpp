@@ -10,6 +10,7 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include "aten/convolution.h"
 #include "aten/copy.h"
 #include "aten/device_op.h"
 #include "aten/tensor_metadata.h"
@@ -28,6 +29,20 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Ops with both a CPU kernel and a generic composite one: a backend
+  // without its own kernel would get the composite (a decomposition with
+  // different rounding, and many more ops); the device runs the CPU kernel.
+  constexpr auto generic = &deviceOpFallback;
+  for (const char* op :
+       {"addr", "addr.out", "all.dims_out", "any.dims_out", "native_group_norm",
+        "native_layer_norm", "narrow_copy", "pixel_shuffle", "pixel_unshuffle",
+        "_stack", "_stack.out", "linalg__powsum"})
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<generic>());
+  m.impl("convolution_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&convolutionOverrideable>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<
+             &convolutionBackwardOverrideable>());
   // Factories and metadata.
   m.impl("empty.memory_format", TORCH_FN(emptyMemoryFormat));
   m.impl("empty_strided", TORCH_FN(emptyStridedOp));

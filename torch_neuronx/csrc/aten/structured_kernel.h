@@ -24,6 +24,7 @@
 
 #include "aten/cpu_alias.h"
 #include "aten/device_warnings.h"
+#include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
 #include "core/storage.h"
@@ -31,12 +32,42 @@
 
 namespace torch_neuronx::structured {
 
-// How each C++ argument type is checked, mirrored for the meta function,
-// held by the work item, and passed to the CPU kernel.
+// Encoding of non-tensor argument values into the metadata cache key.
+inline void keyOf(MetaCacheKey& k, int64_t v) { k.addWord(v); }
+inline void keyOf(MetaCacheKey& k, bool v) { k.addWord(v ? 3 : 2); }
+inline void keyOf(MetaCacheKey& k, double v) { k.addDouble(v); }
+inline void keyOf(MetaCacheKey& k, at::ScalarType v) {
+  k.addWord(static_cast<int64_t>(v));
+}
+inline void keyOf(MetaCacheKey& k, const at::Scalar& v) { k.addScalar(v); }
+inline void keyOf(MetaCacheKey& k, c10::string_view v) {
+  k.addWord(static_cast<int64_t>(std::hash<c10::string_view>{}(v)));
+}
+inline void keyOf(MetaCacheKey& k, at::IntArrayRef v) {
+  k.addWord(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) k.addWord(x);
+}
+inline void keyOf(MetaCacheKey& k, at::OptionalIntArrayRef v) {
+  if (!v) {
+    k.addWord(-1);
+    return;
+  }
+  keyOf(k, *v);
+}
+template <typename T>
+void keyOf(MetaCacheKey& k, const std::optional<T>& v) {
+  k.addWord(v.has_value() ? 1 : 0);
+  if (v) keyOf(k, *v);
+}
+
+// How each C++ argument type is checked, encoded in the metadata cache key,
+// mirrored for the meta function, held by the work item, and passed to the
+// CPU kernel.
 template <typename T>
 struct Arg {
   using Held = T;
   static void check(DeviceCheck&, const T&) {}
+  static void key(MetaCacheKey& k, const T& v) { keyOf(k, v); }
   static const T& meta(MetaMirror&, const T& v) { return v; }
   static Held hold(AliasSet&, const T& v) { return v; }
   static const T& pass(const Held& h) { return h; }
@@ -51,6 +82,7 @@ template <>
 struct Arg<at::Tensor> {
   using Held = at::Tensor;
   static void check(DeviceCheck& c, const at::Tensor& t) { c.tensor(t); }
+  static void key(MetaCacheKey& k, const at::Tensor& t) { k.addTensor(t); }
   static at::Tensor meta(MetaMirror& m, const at::Tensor& t) { return m(t); }
   static Held hold(AliasSet& a, const at::Tensor& t) { return holdTensor(a, t); }
   static const at::Tensor& pass(const Held& h) { return h; }
@@ -62,6 +94,9 @@ struct Arg<std::optional<at::Tensor>> {
   using Held = T;
   static void check(DeviceCheck& c, const T& t) {
     if (t) c.tensor(*t);
+  }
+  static void key(MetaCacheKey& k, const T& t) {
+    k.addTensor(t ? *t : at::Tensor());
   }
   static T meta(MetaMirror& m, const T& t) {
     return t ? T(m(*t)) : std::nullopt;
@@ -77,6 +112,10 @@ struct Arg<at::ITensorListRef> {
   using Held = std::vector<at::Tensor>;
   static void check(DeviceCheck& c, const at::ITensorListRef& l) {
     for (const at::Tensor& t : l) c.tensor(t);
+  }
+  static void key(MetaCacheKey& k, const at::ITensorListRef& l) {
+    k.addWord(static_cast<int64_t>(l.size()));
+    for (const at::Tensor& t : l) k.addTensor(t);
   }
   static Held meta(MetaMirror& m, const at::ITensorListRef& l) {
     Held out;
@@ -96,6 +135,7 @@ template <>
 struct Arg<at::IntArrayRef> {
   using Held = std::vector<int64_t>;
   static void check(DeviceCheck&, at::IntArrayRef) {}
+  static void key(MetaCacheKey& k, at::IntArrayRef v) { keyOf(k, v); }
   static at::IntArrayRef meta(MetaMirror&, at::IntArrayRef v) { return v; }
   static Held hold(AliasSet&, at::IntArrayRef v) { return v.vec(); }
   static at::IntArrayRef pass(const Held& h) { return h; }
@@ -105,6 +145,7 @@ template <>
 struct Arg<at::OptionalIntArrayRef> {
   using Held = std::optional<std::vector<int64_t>>;
   static void check(DeviceCheck&, at::OptionalIntArrayRef) {}
+  static void key(MetaCacheKey& k, at::OptionalIntArrayRef v) { keyOf(k, v); }
   static at::OptionalIntArrayRef meta(MetaMirror&, at::OptionalIntArrayRef v) {
     return v;
   }
@@ -120,6 +161,7 @@ template <>
 struct Arg<c10::string_view> {
   using Held = std::string;
   static void check(DeviceCheck&, c10::string_view) {}
+  static void key(MetaCacheKey& k, c10::string_view v) { keyOf(k, v); }
   static c10::string_view meta(MetaMirror&, c10::string_view v) { return v; }
   static Held hold(AliasSet&, c10::string_view v) { return std::string(v); }
   static c10::string_view pass(const Held& h) { return h; }
@@ -130,6 +172,7 @@ struct Arg<std::optional<c10::string_view>> {
   using T = std::optional<c10::string_view>;
   using Held = std::optional<std::string>;
   static void check(DeviceCheck&, const T&) {}
+  static void key(MetaCacheKey& k, const T& v) { keyOf(k, v); }
   static const T& meta(MetaMirror&, const T& v) { return v; }
   static Held hold(AliasSet&, const T& v) {
     return v ? Held(std::string(*v)) : std::nullopt;
@@ -151,6 +194,41 @@ std::tuple<Ts...> allocLike(const std::tuple<Ts...>& m, c10::DeviceIndex device)
       [&](const auto&... t) { return std::tuple<Ts...>(allocLike(t, device)...); },
       m);
 }
+// Output metadata as cached: one TensorMeta per returned tensor.
+inline void describeOut(const at::Tensor& m, CachedMeta& c) {
+  TensorMeta d;
+  d.sizes = m.sizes().vec();
+  d.strides = m.strides().vec();
+  d.dtype = m.scalar_type();
+  c.returns.push_back({std::move(d)});
+}
+template <typename... Ts>
+void describeOut(const std::tuple<Ts...>& m, CachedMeta& c) {
+  std::apply([&](const auto&... t) { (describeOut(t, c), ...); }, m);
+}
+inline at::Tensor allocFrom(const TensorMeta& m, c10::DeviceIndex device) {
+  return emptyStrided(m.sizes, m.strides, m.dtype, device);
+}
+template <typename R>
+struct AllocFromCache;
+template <>
+struct AllocFromCache<at::Tensor> {
+  static at::Tensor make(const CachedMeta& c, c10::DeviceIndex d) {
+    return allocFrom(c.returns[0][0], d);
+  }
+};
+template <typename... Ts>
+struct AllocFromCache<std::tuple<Ts...>> {
+  template <size_t... I>
+  static std::tuple<Ts...> makeI(const CachedMeta& c, c10::DeviceIndex d,
+                                 std::index_sequence<I...>) {
+    return std::tuple<Ts...>(allocFrom(c.returns[I][0], d)...);
+  }
+  static std::tuple<Ts...> make(const CachedMeta& c, c10::DeviceIndex d) {
+    return makeI(c, d, std::index_sequence_for<Ts...>{});
+  }
+};
+
 inline at::Tensor aliasOut(AliasSet& a, const at::Tensor& t) { return a.alias(t); }
 template <typename... Ts>
 std::tuple<Ts...> aliasOut(AliasSet& a, const std::tuple<Ts...>& t) {
@@ -161,7 +239,7 @@ std::tuple<Ts...> aliasOut(AliasSet& a, const std::tuple<Ts...>& t) {
 template <typename F>
 void runOnDevice(F&& f) {
   useDeviceWarningHandler();
-  at::AutoDispatchBelowADInplaceOrView guard;
+  c10::InferenceMode guard;  // device work records no autograd history
   try {
     f();
   } catch (const c10::Error& e) {
@@ -183,9 +261,22 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
     DeviceCheck dc;
     (ArgOf<Args>::check(dc, args), ...);
     c10::DeviceIndex device = dc.finish();
-    MetaMirror mm;
-    Ret meta_out = MetaFn(ArgOf<Args>::meta(mm, args)...);
-    Ret out = allocLike(meta_out, device);
+    // Output metadata: cached per argument signature, else from the meta
+    // function (which also raises the user's shape and dtype errors).
+    thread_local MetaCacheKey key;
+    key.start(Name);
+    (ArgOf<Args>::key(key, args), ...);
+    Ret out;
+    if (const CachedMeta* cached = findCachedMeta(key)) {
+      out = AllocFromCache<Ret>::make(*cached, device);
+    } else {
+      MetaMirror mm;
+      Ret meta_out = MetaFn(ArgOf<Args>::meta(mm, args)...);
+      CachedMeta fresh;
+      describeOut(meta_out, fresh);
+      storeCachedMeta(key, std::move(fresh));
+      out = allocLike(meta_out, device);
+    }
     auto aliases = std::make_shared<AliasSet>();
     auto held = std::make_shared<std::tuple<typename ArgOf<Args>::Held...>>(
         ArgOf<Args>::hold(*aliases, args)...);
@@ -226,11 +317,17 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
     dc.tensor(self);
     (ArgOf<Rest>::check(dc, rest), ...);
     c10::DeviceIndex device = dc.finish();
-    {
-      // Validates shapes and dtypes now (errors are raised at the op).
+    // Validates shapes and dtypes now, so errors are raised at the op; a
+    // signature that passed once passes again.
+    thread_local MetaCacheKey key;
+    key.start(Name);
+    key.addTensor(self);
+    (ArgOf<Rest>::key(key, rest), ...);
+    if (!findCachedMeta(key)) {
       MetaMirror mm;
       at::Tensor meta_self = mm(self);
       MetaFn(meta_self, ArgOf<Rest>::meta(mm, rest)...);
+      storeCachedMeta(key, CachedMeta{});
     }
     auto aliases = std::make_shared<AliasSet>();
     auto self_alias = std::make_shared<at::Tensor>(aliases->alias(self));
