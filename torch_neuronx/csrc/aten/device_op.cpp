@@ -6,6 +6,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -33,6 +35,7 @@ struct OpTraits {
   std::string name;
   bool meta_missing = false;  // Meta kernel absent: always run synchronously
   bool meta_differs = false;  // Meta kernel describes other outputs than CPU's
+  bool sync_explained = false;
   // Corrects a Meta kernel's dtypes where they follow CUDA, not CPU.
   void (*adjust_meta)(CachedMeta&, const std::vector<IValue>&) = nullptr;
   std::atomic<uint32_t> noted{0};  // op-stats generation this op was last recorded in
@@ -245,6 +248,19 @@ void runCpu(CpuCall& call) {
   }
 }
 
+// TORCH_NEURONX_LOG_SYNC_OPS=1 prints why an op took the synchronous path
+// (once per op): a debugging aid for ops that stall the pipeline.
+void explainSynchronous(OpTraits& traits, const char* why) {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_NEURONX_LOG_SYNC_OPS");
+    return v && std::string(v) == "1";
+  }();
+  if (!on || traits.sync_explained) return;
+  traits.sync_explained = true;
+  std::fprintf(stderr, "[torch_neuronx] %s runs synchronously: %.300s\n",
+               traits.name.c_str(), why);
+}
+
 // Synchronous path: runs the CPU kernel in a work item, waits, and places
 // the results in device memory.
 void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
@@ -360,8 +376,13 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     std::vector<at::Tensor> meta_inputs = flatTensors(meta_stack);
     try {
       op.callBoxed(meta_stack);
-    } catch (const c10::NotImplementedError&) {
+    } catch (const c10::NotImplementedError& e) {
       traits.meta_missing = true;
+      explainSynchronous(traits, e.what_without_backtrace());
+      runSynchronously(op, traits, stack, std::move(args), device);
+      return;
+    } catch (const std::exception& e) {
+      explainSynchronous(traits, e.what());
       runSynchronously(op, traits, stack, std::move(args), device);
       return;
     } catch (...) {

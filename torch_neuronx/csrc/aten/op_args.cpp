@@ -45,14 +45,10 @@ c10::DeviceIndex DeviceCheck::finish() {
 
 at::Tensor MetaMirror::operator()(const at::Tensor& t) {
   if (!t.defined()) return t;
-  if (!isNeuron(t)) {
-    // A CPU scalar: a 0-dim meta tensor, still flagged as a wrapped number
-    // so type promotion treats it the same way.
-    at::Tensor m = at::empty({}, t.options().device(c10::kMeta));
-    if (t.unsafeGetTensorImpl()->is_wrapped_number())
-      m.unsafeGetTensorImpl()->set_wrapped_number(true);
-    return m;
-  }
+  // A CPU scalar goes to the Meta kernel as it is: Meta kernels take CPU
+  // scalars beside meta tensors (as CUDA kernels do), with the same type
+  // promotion for wrapped numbers.
+  if (!isNeuron(t)) return t;
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   c10::Storage* ms = nullptr;
   for (auto& [dev, meta] : storages_)
