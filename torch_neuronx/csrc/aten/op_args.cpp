@@ -45,10 +45,14 @@ c10::DeviceIndex DeviceCheck::finish() {
 
 at::Tensor MetaMirror::operator()(const at::Tensor& t) {
   if (!t.defined()) return t;
-  // A CPU scalar goes to the Meta kernel as it is: Meta kernels take CPU
-  // scalars beside meta tensors (as CUDA kernels do), with the same type
-  // promotion for wrapped numbers.
-  if (!isNeuron(t)) return t;
+  if (!isNeuron(t)) {
+    // A Python number (wrapped number) goes to the Meta kernel as it is:
+    // Meta kernels take those beside meta tensors, and Python meta kernels
+    // require them on the CPU. Other CPU scalars become 0-dim meta tensors,
+    // which every Meta kernel accepts.
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+    return at::empty({}, t.options().device(c10::kMeta));
+  }
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   c10::Storage* ms = nullptr;
   for (auto& [dev, meta] : storages_)
