@@ -62,9 +62,7 @@ def time_op(fn: Callable[[], torch.Tensor], device: torch.device, iters: int) ->
     return time.perf_counter() - t0
 
 
-def bench_device(
-    device: torch.device, iters: int, warmup: int, repeats: int
-) -> dict[str, float]:
+def bench_device(device: torch.device, iters: int, warmup: int, repeats: int) -> dict[str, float]:
     """Name -> best µs/op over `repeats` runs."""
     results = {}
     for name, fn in make_cases(device).items():
@@ -94,9 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         help="two devices A,B; the ratio reported is A/B (default neuron,cpu)",
     )
     p.add_argument("--warmup", type=int, default=1000, help="untimed ops before timing")
-    p.add_argument(
-        "--repeats", type=int, default=3, help="timed runs; the best is kept"
-    )
+    p.add_argument("--repeats", type=int, default=3, help="timed runs; the best is kept")
     args = p.parse_args(argv)
 
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
@@ -112,9 +108,7 @@ def main(argv: list[str] | None = None) -> None:
 
     col_a, col_b = f"{names[0]} µs/op", f"{names[1]} µs/op"
     ratio_col = f"{names[0]}/{names[1]}"
-    header = (
-        f"{'op':<20} {col_a:>14} {col_b:>14} {ratio_col:>12}  target <= {TARGET_RATIO}"
-    )
+    header = f"{'op':<20} {col_a:>14} {col_b:>14} {ratio_col:>12}  target <= {TARGET_RATIO}"
     print(header)
     print("-" * len(header))
     all_ok = True

@@ -11,7 +11,6 @@ Run after changing the torch version:
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 

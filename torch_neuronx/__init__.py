@@ -13,8 +13,8 @@ import torch
 
 torch.utils.rename_privateuse1_backend("neuron")
 
-from . import _C  # noqa: E402  (registers the backend with c10/ATen)
-from . import device_module  # noqa: E402
+# _C registers the backend with c10/ATen; it must load after the rename.
+from . import _C, device_module  # noqa: E402
 from .device_module import *  # noqa: E402,F401,F403
 from .device_module import __all__ as _device_api  # noqa: E402
 from .op_stats import clear_op_stats, get_executed_ops, get_fallback_ops  # noqa: E402
@@ -23,7 +23,6 @@ torch._register_device_module("neuron", device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
-
 
 
 def _drain_at_exit() -> None:

@@ -2,6 +2,7 @@
 
 from .device import (
     NeuronDeviceProperties,
+    _lazy_init,  # noqa: F401  (torch looks for it on device modules)
     current_device,
     device,
     device_count,
@@ -17,7 +18,6 @@ from .device import (
     set_device,
     synchronize,
 )
-from .device import _lazy_init  # noqa: F401  (torch looks for it on device modules)
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -41,7 +41,15 @@ from .random import (
     set_rng_state,
     set_rng_state_all,
 )
-from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
+from .streams import (
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 
 
 def _is_in_bad_fork() -> bool:

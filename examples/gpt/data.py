@@ -63,9 +63,7 @@ class CharDataset:
             raise ValueError(f"{split} split has {len(ids)} tokens, need > {seq_len}")
         # Start offsets drawn from the CPU generator: deterministic for a given seed
         # and independent of the device the batch ends up on.
-        starts = torch.randint(
-            0, len(ids) - seq_len, (batch_size,), generator=generator
-        )
+        starts = torch.randint(0, len(ids) - seq_len, (batch_size,), generator=generator)
         # One gather for the whole batch instead of a Python loop over windows.
         offsets = starts[:, None] + torch.arange(seq_len + 1)
         windows = ids[offsets]

@@ -35,9 +35,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         if cfg.d_model % cfg.n_head != 0:
-            raise ValueError(
-                f"d_model={cfg.d_model} not divisible by n_head={cfg.n_head}"
-            )
+            raise ValueError(f"d_model={cfg.d_model} not divisible by n_head={cfg.n_head}")
         self.n_head = cfg.n_head
         self.head_dim = cfg.d_model // cfg.n_head
         # One projection for q, k and v: a single larger matmul instead of three.
@@ -49,9 +47,7 @@ class CausalSelfAttention(nn.Module):
         # buffer (rather than a tensor built in forward) moves with .to(device) and is
         # created once; non-persistent because it is derived from the config and
         # need not be stored in checkpoints.
-        mask = torch.triu(
-            torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool), diagonal=1
-        )
+        mask = torch.triu(torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool), diagonal=1)
         self.register_buffer("causal_mask", mask, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,8 +175,6 @@ class GPT(nn.Module):
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:
                 probs = F.softmax(logits.float().cpu() / temperature, dim=-1)
-                next_id = torch.multinomial(probs, 1, generator=generator).to(
-                    idx.device
-                )
+                next_id = torch.multinomial(probs, 1, generator=generator).to(idx.device)
             idx = torch.cat([idx, next_id], dim=1)
         return idx

@@ -109,9 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-layer", type=int, default=GPTConfig.n_layer)
     p.add_argument("--n-head", type=int, default=GPTConfig.n_head)
     p.add_argument("--d-model", type=int, default=GPTConfig.d_model)
-    p.add_argument(
-        "--sample-chars", type=int, default=100, help="0 disables the sample"
-    )
+    p.add_argument("--sample-chars", type=int, default=100, help="0 disables the sample")
     args = p.parse_args(argv)
     if args.steps < 1 or args.log_every < 1:
         p.error("--steps and --log-every must be >= 1")
@@ -173,9 +171,7 @@ def train(args: argparse.Namespace) -> list[float]:
         model.eval()
         prompt = torch.tensor([tokenizer.encode("Return ")], device=device)
         sample_gen = torch.Generator().manual_seed(args.seed)
-        out = model.generate(
-            prompt, args.sample_chars, temperature=0.8, generator=sample_gen
-        )
+        out = model.generate(prompt, args.sample_chars, temperature=0.8, generator=sample_gen)
         print("sample:")
         print(tokenizer.decode(out[0]))
     return losses

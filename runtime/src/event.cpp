@@ -82,7 +82,8 @@ double Event::elapsedMs(const Event& end) const {
   int64_t t0, t1;
   {
     std::lock_guard<std::mutex> g(state_->mu);
-    if (state_->recorded_gen == 0 || state_->completed_gen < state_->recorded_gen)
+    if (state_->recorded_gen == 0 ||
+        state_->completed_gen < state_->recorded_gen)
       throw Error(Status::kInvalidArgument,
                   "elapsed_time: the start event has not been recorded or has "
                   "not completed yet");

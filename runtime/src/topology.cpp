@@ -117,11 +117,9 @@ TopologyConfig Topology::configFromEnv() {
   c.hbm_bytes_per_core =
       chip_hbm / (c.physical_cores_per_chip / c.logical_core_size);
   if (const char* v = getenvOrNull("TORCH_NEURONX_HBM_BYTES_PER_CORE")) {
-    c.hbm_bytes_per_core =
-        parseByteSize(v, "TORCH_NEURONX_HBM_BYTES_PER_CORE");
+    c.hbm_bytes_per_core = parseByteSize(v, "TORCH_NEURONX_HBM_BYTES_PER_CORE");
     if (c.hbm_bytes_per_core > (1ull << 40))
-      badConfig("TORCH_NEURONX_HBM_BYTES_PER_CORE", v,
-                "at most 1TiB per core");
+      badConfig("TORCH_NEURONX_HBM_BYTES_PER_CORE", v, "at most 1TiB per core");
   }
   if (const char* v = getenvOrNull("NEURON_RT_VISIBLE_CORES")) {
     int total = c.num_chips * (c.physical_cores_per_chip / c.logical_core_size);

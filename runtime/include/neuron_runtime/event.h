@@ -21,7 +21,7 @@ class Event {
 
   void record(Stream& stream);
   void block(Stream& stream) const;
-  bool query() const;       // true if never recorded or last record done
+  bool query() const;        // true if never recorded or last record done
   void synchronize() const;  // host waits for the last record
   bool recorded() const;
   // Milliseconds from this event's completion to `end`'s. Both must have

@@ -41,9 +41,9 @@ class HbmArena {
   uint64_t capacity_;
   char* base_ = nullptr;
   mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_by_offset_;          // offset -> size
+  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
-  std::map<uint64_t, uint64_t> used_;                    // offset -> size
+  std::map<uint64_t, uint64_t> used_;                     // offset -> size
   uint64_t in_use_ = 0;
 
   void insertFree(uint64_t offset, uint64_t size);

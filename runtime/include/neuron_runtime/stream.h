@@ -48,7 +48,8 @@ class Stream {
 
   // Queues an item; returns its sequence number (1, 2, ...). `label` must
   // outlive the process (an operator name, a literal).
-  uint64_t enqueue(const char* label, Fn fn, ItemKind kind = ItemKind::kCompute);
+  uint64_t enqueue(const char* label, Fn fn,
+                   ItemKind kind = ItemKind::kCompute);
 
   // Blocks the calling thread until every item queued so far has run.
   void synchronize();

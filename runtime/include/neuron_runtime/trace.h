@@ -16,11 +16,11 @@ namespace neuron_rt {
 struct TraceRecord {
   int device;
   int stream;
-  uint64_t seq;        // the item's sequence number on its stream
-  const char* label;   // static string (op name) — lives for the process
-  int64_t start_ns;    // steady clock
+  uint64_t seq;       // the item's sequence number on its stream
+  const char* label;  // static string (op name) — lives for the process
+  int64_t start_ns;   // steady clock
   int64_t end_ns;
-  bool skipped;        // not run because its stream was poisoned
+  bool skipped;  // not run because its stream was poisoned
 };
 
 class Trace {

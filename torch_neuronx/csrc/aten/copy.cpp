@@ -2,11 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <neuron_runtime/event.h>
 
 #include <memory>
 #include <stdexcept>
-
-#include <neuron_runtime/event.h>
 
 #include "aten/cpu_alias.h"
 #include "aten/device_warnings.h"
@@ -48,8 +47,8 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
   if (isNeuron(self) && isNeuron(src) &&
       self.device().index() == src.device().index()) {
     c10::DeviceIndex d = self.device().index();
-    launch(d, "aten::copy_", copyItem(aliases, aliases->alias(self),
-                                      aliases->alias(src)),
+    launch(d, "aten::copy_",
+           copyItem(aliases, aliases->alias(self), aliases->alias(src)),
            neuron_rt::ItemKind::kCopy);
     return self;
   }
@@ -73,7 +72,8 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
     // non_blocking into pinned memory, the caller waits for it (a sync
     // point, like .cpu() on CUDA).
     c10::DeviceIndex d = src.device().index();
-    launch(d, "copy_device_to_host", copyItem(aliases, self, aliases->alias(src)),
+    launch(d, "copy_device_to_host",
+           copyItem(aliases, self, aliases->alias(src)),
            neuron_rt::ItemKind::kCopy);
     if (!(non_blocking && self.is_pinned()))
       synchronizeStream(currentStream(d));

@@ -6,7 +6,8 @@
 
 namespace torch_neuronx {
 
-at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src, bool non_blocking);
+at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
+                     bool non_blocking);
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst,
                     bool non_blocking);
 at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst);

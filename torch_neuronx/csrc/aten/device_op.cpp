@@ -38,7 +38,8 @@ struct OpTraits {
   bool sync_explained = false;
   // Corrects a Meta kernel's dtypes where they follow CUDA, not CPU.
   void (*adjust_meta)(CachedMeta&, const std::vector<IValue>&) = nullptr;
-  std::atomic<uint32_t> noted{0};  // op-stats generation this op was last recorded in
+  std::atomic<uint32_t> noted{
+      0};  // op-stats generation this op was last recorded in
   bool tensor_returns_only = true;
   // Per return: index of the argument it aliases (-1 fresh), and whether the
   // alias is a write (in-place / out=) or a view.
@@ -61,7 +62,8 @@ bool metaDiffersFromCpu(const std::string& name) {
 
 // layer_norm on CPU keeps mean and rstd in the input's dtype; the Meta
 // kernel (CUDA's convention) makes them float32 for half inputs.
-void layerNormStatsInInputDtype(CachedMeta& m, const std::vector<IValue>& args) {
+void layerNormStatsInInputDtype(CachedMeta& m,
+                                const std::vector<IValue>& args) {
   c10::ScalarType dtype = args[0].toTensor().scalar_type();
   for (size_t i = 1; i < m.returns.size(); ++i)
     for (TensorMeta& t : m.returns[i]) t.dtype = dtype;
@@ -80,16 +82,17 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   OpTraits& t = *slot;
   t.name = schema.operator_name().name;
   t.meta_differs = metaDiffersFromCpu(t.name);
-  if (t.name == "aten::native_layer_norm") t.adjust_meta = &layerNormStatsInInputDtype;
+  if (t.name == "aten::native_layer_norm")
+    t.adjust_meta = &layerNormStatsInInputDtype;
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
   const auto& args = schema.arguments();
   for (const auto& a : args) t.arg_is_out.push_back(a.is_out());
   for (const auto& r : schema.returns()) {
     const auto& type = r.type();
-    bool tensorish = type->kind() == c10::TypeKind::TensorType ||
-                     (type->kind() == c10::TypeKind::ListType &&
-                      type->containedType(0)->kind() ==
-                          c10::TypeKind::TensorType);
+    bool tensorish =
+        type->kind() == c10::TypeKind::TensorType ||
+        (type->kind() == c10::TypeKind::ListType &&
+         type->containedType(0)->kind() == c10::TypeKind::TensorType);
     if (!tensorish) t.tensor_returns_only = false;
     int alias = -1;
     bool write = false;
@@ -227,7 +230,8 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
       continue;
     }
     if (fresh_out_args && traits.arg_is_out[i] && v.isTensor()) {
-      call.args.push_back(at::empty({0}, v.toTensor().options().device(c10::kCPU)));
+      call.args.push_back(
+          at::empty({0}, v.toTensor().options().device(c10::kCPU)));
       continue;
     }
     IValue mapped = mapTensors(v, [&](const at::Tensor& t) -> at::Tensor {
@@ -276,12 +280,13 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   TORCH_INTERNAL_ASSERT(results.size() == nret);
 
   // Device outputs for fresh CPU results, filled by a copy item.
-  auto copies = std::make_shared<std::vector<std::pair<at::Tensor, at::Tensor>>>();
+  auto copies =
+      std::make_shared<std::vector<std::pair<at::Tensor, at::Tensor>>>();
   AliasSet out_aliases;
   auto place = [&](const at::Tensor& cpu_result) -> at::Tensor {
     if (!cpu_result.defined()) return cpu_result;
-    at::Tensor out = emptyContiguous(cpu_result.sizes(),
-                                     cpu_result.scalar_type(), device);
+    at::Tensor out =
+        emptyContiguous(cpu_result.sizes(), cpu_result.scalar_type(), device);
     copies->emplace_back(out_aliases.alias(out), cpu_result);
     return out;
   };
@@ -343,8 +348,9 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     });
   }
   for (size_t i = 0; i < nargs; ++i) {
-    if (!traits.arg_is_out[i] && !(schema.arguments()[i].alias_info() &&
-                                   schema.arguments()[i].alias_info()->isWrite()))
+    if (!traits.arg_is_out[i] &&
+        !(schema.arguments()[i].alias_info() &&
+          schema.arguments()[i].alias_info()->isWrite()))
       continue;
     forEachTensor(args[i], [&](const at::Tensor& t) {
       TORCH_CHECK(!t.defined() || isNeuron(t), traits.name,
@@ -355,7 +361,8 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   }
   noteExecutedOnce(traits.name.c_str(), traits.noted);
 
-  if (traits.meta_missing || traits.meta_differs || !traits.tensor_returns_only) {
+  if (traits.meta_missing || traits.meta_differs ||
+      !traits.tensor_returns_only) {
     runSynchronously(op, traits, stack, std::move(args), device);
     return;
   }
@@ -413,7 +420,8 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   bool needs_work = false;
   for (size_t i = 0; i < nret; ++i) {
     const std::vector<TensorMeta>& metas = cached->returns[i];
-    bool is_list = schema.returns()[i].type()->kind() == c10::TypeKind::ListType;
+    bool is_list =
+        schema.returns()[i].type()->kind() == c10::TypeKind::ListType;
     int a = traits.alias_arg[i];
     auto make = [&](const TensorMeta& m) -> at::Tensor {
       if (!m.defined) return at::Tensor();
@@ -462,10 +470,9 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/false, traits);
     auto targets = std::make_shared<std::vector<std::pair<int, IValue>>>();
     for (int i : fresh)
-      targets->emplace_back(
-          i, mapTensors(outs[i], [&](const at::Tensor& t) {
-            return call->aliases.alias(t);
-          }));
+      targets->emplace_back(i, mapTensors(outs[i], [&](const at::Tensor& t) {
+                              return call->aliases.alias(t);
+                            }));
     launch(device, traits.name.c_str(), [call, targets] {
       runCpu(*call);
       c10::InferenceMode guard;

@@ -44,8 +44,7 @@ struct KeyHash {
   }
 };
 
-using Cache =
-    std::unordered_map<std::vector<int64_t>, CachedMeta, KeyHash>;
+using Cache = std::unordered_map<std::vector<int64_t>, CachedMeta, KeyHash>;
 
 Cache& cache() {
   thread_local Cache c;
@@ -99,8 +98,8 @@ bool MetaCacheKey::add(const c10::IValue& v) {
     words_.push_back(bitsOf(c.imag()));
   } else if (v.isString()) {
     words_.push_back(kString);
-    words_.push_back(static_cast<int64_t>(
-        std::hash<std::string_view>{}(v.toStringView())));
+    words_.push_back(
+        static_cast<int64_t>(std::hash<std::string_view>{}(v.toStringView())));
   } else if (v.isIntList()) {
     words_.push_back(kIntList);
     auto l = v.toIntList();
@@ -148,7 +147,8 @@ void MetaCacheKey::start(const void* op) {
   storages_.clear();
   words_.push_back(reinterpret_cast<int64_t>(op));
   // Factories without a dtype follow the default dtype.
-  words_.push_back(static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
+  words_.push_back(
+      static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
 }
 
 void MetaCacheKey::addDouble(double d) { words_.push_back(bitsOf(d)); }
@@ -176,8 +176,7 @@ void MetaCacheKey::addScalar(const c10::Scalar& s) {
   }
 }
 
-bool MetaCacheKey::build(const void* op,
-                         const std::vector<c10::IValue>& args) {
+bool MetaCacheKey::build(const void* op, const std::vector<c10::IValue>& args) {
   start(op);
   for (const auto& v : args)
     if (!add(v)) return false;

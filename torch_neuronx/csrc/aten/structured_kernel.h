@@ -84,7 +84,9 @@ struct Arg<at::Tensor> {
   static void check(DeviceCheck& c, const at::Tensor& t) { c.tensor(t); }
   static void key(MetaCacheKey& k, const at::Tensor& t) { k.addTensor(t); }
   static at::Tensor meta(MetaMirror& m, const at::Tensor& t) { return m(t); }
-  static Held hold(AliasSet& a, const at::Tensor& t) { return holdTensor(a, t); }
+  static Held hold(AliasSet& a, const at::Tensor& t) {
+    return holdTensor(a, t);
+  }
   static const at::Tensor& pass(const Held& h) { return h; }
 };
 
@@ -127,7 +129,9 @@ struct Arg<at::ITensorListRef> {
     for (const at::Tensor& t : l) out.push_back(holdTensor(a, t));
     return out;
   }
-  static at::ITensorListRef pass(const Held& h) { return at::ITensorListRef(h); }
+  static at::ITensorListRef pass(const Held& h) {
+    return at::ITensorListRef(h);
+  }
 };
 
 // Non-owning argument types are held by value in the work item.
@@ -189,9 +193,12 @@ inline at::Tensor allocLike(const at::Tensor& m, c10::DeviceIndex device) {
   return emptyStrided(m.sizes(), m.strides(), m.scalar_type(), device);
 }
 template <typename... Ts>
-std::tuple<Ts...> allocLike(const std::tuple<Ts...>& m, c10::DeviceIndex device) {
+std::tuple<Ts...> allocLike(const std::tuple<Ts...>& m,
+                            c10::DeviceIndex device) {
   return std::apply(
-      [&](const auto&... t) { return std::tuple<Ts...>(allocLike(t, device)...); },
+      [&](const auto&... t) {
+        return std::tuple<Ts...>(allocLike(t, device)...);
+      },
       m);
 }
 // Output metadata as cached: one TensorMeta per returned tensor.
@@ -229,7 +236,9 @@ struct AllocFromCache<std::tuple<Ts...>> {
   }
 };
 
-inline at::Tensor aliasOut(AliasSet& a, const at::Tensor& t) { return a.alias(t); }
+inline at::Tensor aliasOut(AliasSet& a, const at::Tensor& t) {
+  return a.alias(t);
+}
 template <typename... Ts>
 std::tuple<Ts...> aliasOut(AliasSet& a, const std::tuple<Ts...>& t) {
   return std::apply(
@@ -246,7 +255,6 @@ void runOnDevice(F&& f) {
     throw std::runtime_error(e.what_without_backtrace());
   }
 }
-
 
 template <auto MetaFn, auto CpuOutFn, const char* Name,
           typename Sig = decltype(MetaFn)>
@@ -282,9 +290,8 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
         ArgOf<Args>::hold(*aliases, args)...);
     auto out_alias = aliasOut(*aliases, out);
     launch(device, Name, [aliases, held, out_alias]() mutable {
-      runOnDevice([&] {
-        run(out_alias, *held, std::index_sequence_for<Args...>{});
-      });
+      runOnDevice(
+          [&] { run(out_alias, *held, std::index_sequence_for<Args...>{}); });
     });
     return out;
   }
@@ -296,7 +303,9 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
       CpuOutFn(out, ArgOf<Args>::pass(std::get<I>(held))...);
     } else {
       std::apply(
-          [&](auto&... o) { CpuOutFn(o..., ArgOf<Args>::pass(std::get<I>(held))...); },
+          [&](auto&... o) {
+            CpuOutFn(o..., ArgOf<Args>::pass(std::get<I>(held))...);
+          },
           out);
     }
   }
@@ -334,9 +343,8 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
     auto held = std::make_shared<std::tuple<typename ArgOf<Rest>::Held...>>(
         ArgOf<Rest>::hold(*aliases, rest)...);
     launch(device, Name, [aliases, self_alias, held]() {
-      runOnDevice([&] {
-        run(*self_alias, *held, std::index_sequence_for<Rest...>{});
-      });
+      runOnDevice(
+          [&] { run(*self_alias, *held, std::index_sequence_for<Rest...>{}); });
     });
     return self;
   }

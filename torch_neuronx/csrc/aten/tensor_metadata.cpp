@@ -23,9 +23,9 @@ void checkNotPinned(std::optional<bool> pin_memory) {
 
 // Grows the storage if the tensor's geometry needs more bytes than it has.
 void ensureStorageFits(at::Tensor& self) {
-  size_t needed = at::detail::computeStorageNbytes(
-      self.sizes(), self.strides(), self.dtype().itemsize(),
-      self.storage_offset());
+  size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(),
+                                                   self.dtype().itemsize(),
+                                                   self.storage_offset());
   c10::StorageImpl* s = self.storage().unsafeGetStorageImpl();
   if (needed > s->nbytes()) resizeStorageBytes(s, needed);
 }
@@ -41,9 +41,9 @@ at::Tensor emptyMemoryFormat(c10::IntArrayRef size,
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron supports only strided tensors, got layout ", *layout);
   checkNotPinned(pin_memory);
-  return emptyContiguous(size, dtype.value_or(c10::get_default_dtype_as_scalartype()),
-                         indexOf(device),
-                         memory_format.value_or(c10::MemoryFormat::Contiguous));
+  return emptyContiguous(
+      size, dtype.value_or(c10::get_default_dtype_as_scalartype()),
+      indexOf(device), memory_format.value_or(c10::MemoryFormat::Contiguous));
 }
 
 at::Tensor emptyStridedOp(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -81,10 +81,11 @@ const at::Tensor& resizeOp(const at::Tensor& self, c10::IntArrayRef size,
 at::Tensor& setStorageOffset(at::Tensor& self, c10::Storage source,
                              int64_t storage_offset, c10::IntArrayRef size,
                              c10::IntArrayRef stride) {
-  TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1 ||
-                  source.nbytes() == 0,
-              "Attempted to set the storage of a neuron tensor to a storage on ",
-              source.device());
+  TORCH_CHECK(
+      source.device().type() == c10::DeviceType::PrivateUse1 ||
+          source.nbytes() == 0,
+      "Attempted to set the storage of a neuron tensor to a storage on ",
+      source.device());
   TORCH_CHECK(storage_offset >= 0, "Tensor: invalid storage offset ",
               storage_offset);
   auto* impl = self.unsafeGetTensorImpl();

@@ -1,6 +1,7 @@
 #include "core/caching_allocator.h"
 
 #include <c10/util/Exception.h>
+#include <neuron_runtime/event.h>
 
 #include <algorithm>
 #include <cstring>
@@ -9,8 +10,6 @@
 #include <set>
 #include <unordered_map>
 #include <vector>
-
-#include <neuron_runtime/event.h>
 
 #include "core/device.h"
 #include "core/stream.h"
@@ -23,15 +22,15 @@ using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
 
 constexpr size_t kMinBlockSize = 512;
-constexpr size_t kSmallSize = 1 << 20;        // requests up to 1 MiB
-constexpr size_t kSmallSegment = 2 << 20;     // are carved from 2 MiB segments
-constexpr size_t kLargeRounding = 2 << 20;    // large segments: 2 MiB multiples
+constexpr size_t kSmallSize = 1 << 20;      // requests up to 1 MiB
+constexpr size_t kSmallSegment = 2 << 20;   // are carved from 2 MiB segments
+constexpr size_t kLargeRounding = 2 << 20;  // large segments: 2 MiB multiples
 constexpr size_t kMinLargeRemainder = 1 << 20;
 
 size_t roundSize(size_t n) {
-  return n < kMinBlockSize ? kMinBlockSize
-                           : (n + kMinBlockSize - 1) / kMinBlockSize *
-                                 kMinBlockSize;
+  return n < kMinBlockSize
+             ? kMinBlockSize
+             : (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
 }
 
 struct Block {
@@ -232,8 +231,8 @@ class DeviceCache {
     bool split = block->small ? remaining >= kMinBlockSize
                               : remaining >= kMinLargeRemainder;
     if (!split) return block;
-    Block* rest = new Block{device_, block->stream, remaining, 0,
-                            block->ptr + size, block->small};
+    Block* rest = new Block{device_, block->stream,     remaining,
+                            0,       block->ptr + size, block->small};
     rest->prev = block;
     rest->next = block->next;
     if (rest->next) rest->next->prev = rest;
@@ -271,8 +270,9 @@ class DeviceCache {
 
   void processDeferredLocked() {
     for (auto it = deferred_.begin(); it != deferred_.end();) {
-      bool done = std::all_of(it->events.begin(), it->events.end(),
-                              [](const neuron_rt::Event& e) { return e.query(); });
+      bool done =
+          std::all_of(it->events.begin(), it->events.end(),
+                      [](const neuron_rt::Event& e) { return e.query(); });
       if (done) {
         releaseBlockLocked(it->block);
         it = deferred_.erase(it);
@@ -346,7 +346,8 @@ DeviceCache& cacheFor(c10::DeviceIndex device) {
   std::lock_guard<std::mutex> g(g_caches_mu);
   if (g_caches.size() <= static_cast<size_t>(device))
     g_caches.resize(device + 1);
-  if (!g_caches[device]) g_caches[device] = std::make_unique<DeviceCache>(device);
+  if (!g_caches[device])
+    g_caches[device] = std::make_unique<DeviceCache>(device);
   return *g_caches[device];
 }
 
@@ -390,11 +391,14 @@ void CachingAllocator::copy_data(void* dest, const void* src,
   // Device-to-device copy of raw storage (Allocator::clone); run as a work
   // item so it is ordered with the work that produced `src`.
   c10::DeviceIndex dev = currentDevice();
-  launch(dev, "storage_copy", [=] { std::memcpy(dest, src, count); },
-         neuron_rt::ItemKind::kCopy);
+  launch(
+      dev, "storage_copy", [=] { std::memcpy(dest, src, count); },
+      neuron_rt::ItemKind::kCopy);
 }
 
-bool CachingAllocator::initialized() { return neuron_rt::Runtime::initialized(); }
+bool CachingAllocator::initialized() {
+  return neuron_rt::Runtime::initialized();
+}
 
 void CachingAllocator::emptyCache(c10::MempoolId_t) {
   if (!neuron_rt::Runtime::initialized()) return;

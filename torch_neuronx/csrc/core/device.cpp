@@ -46,11 +46,12 @@ void checkDeviceIndex(c10::DeviceIndex index) {
   } catch (const neuron_rt::Error& e) {
     rethrowRuntimeError(e);
   }
-  TORCH_CHECK_INDEX(index >= 0 && index < count, "Invalid device index neuron:",
-                    static_cast<int>(index), ": there ",
-                    count == 1 ? "is " : "are ", count, " visible neuron device",
-                    count == 1 ? "" : "s", " (valid indices are 0..",
-                    count - 1, "; see NEURON_RT_VISIBLE_CORES)");
+  TORCH_CHECK_INDEX(index >= 0 && index < count,
+                    "Invalid device index neuron:", static_cast<int>(index),
+                    ": there ", count == 1 ? "is " : "are ", count,
+                    " visible neuron device", count == 1 ? "" : "s",
+                    " (valid indices are 0..", count - 1,
+                    "; see NEURON_RT_VISIBLE_CORES)");
 }
 
 neuron_rt::Device& runtimeDevice(c10::DeviceIndex index) {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <c10/core/Device.h>
-
 #include <neuron_runtime/runtime.h>
 
 namespace torch_neuronx {

@@ -1,7 +1,6 @@
 #include "core/guard_impl.h"
 
 #include <c10/util/Exception.h>
-
 #include <neuron_runtime/event.h>
 
 #include "core/caching_allocator.h"
@@ -15,7 +14,9 @@ c10::Device GuardImpl::exchangeDevice(c10::Device d) const {
   return neuronDevice(torch_neuronx::exchangeDevice(d.index()));
 }
 
-c10::Device GuardImpl::getDevice() const { return neuronDevice(currentDevice()); }
+c10::Device GuardImpl::getDevice() const {
+  return neuronDevice(currentDevice());
+}
 
 void GuardImpl::setDevice(c10::Device d) const {
   TORCH_INTERNAL_ASSERT(d.type() == kType);
@@ -88,8 +89,7 @@ void GuardImpl::synchronizeEvent(void* event) const {
   if (e->device() >= 0) raisePendingError(e->device());
 }
 
-double GuardImpl::elapsedTime(void* start, void* end,
-                              c10::DeviceIndex) const {
+double GuardImpl::elapsedTime(void* start, void* end, c10::DeviceIndex) const {
   TORCH_CHECK(start && end,
               "Both events must be recorded before calculating elapsed time.");
   try {

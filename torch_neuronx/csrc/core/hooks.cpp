@@ -50,7 +50,8 @@ c10::Device Hooks::getDeviceFromPtr(void* data) const {
   for (int i = 0; i < rt.deviceCount(); ++i)
     if (rt.device(i).hbm().contains(data))
       return neuronDevice(static_cast<c10::DeviceIndex>(i));
-  TORCH_CHECK(false, "pointer ", data, " is not in the memory of any neuron device");
+  TORCH_CHECK(false, "pointer ", data,
+              " is not in the memory of any neuron device");
 }
 
 const at::Generator& Hooks::getDefaultGenerator(

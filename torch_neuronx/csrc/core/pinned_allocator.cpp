@@ -28,7 +28,8 @@ c10::DataPtr PinnedAllocator::allocate(size_t nbytes) {
   void* p = nullptr;
   // Page alignment, as page-locked memory has.
   TORCH_CHECK_WITH(OutOfMemoryError, posix_memalign(&p, 4096, nbytes) == 0,
-                   "could not allocate ", nbytes, " bytes of pinned host memory");
+                   "could not allocate ", nbytes,
+                   " bytes of pinned host memory");
   {
     std::lock_guard<std::mutex> g(g_mu);
     g_live[static_cast<const char*>(p)] = nbytes;

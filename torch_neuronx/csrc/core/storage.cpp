@@ -17,8 +17,8 @@ namespace torch_neuronx {
 at::Tensor emptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
                         c10::ScalarType dtype, c10::DeviceIndex device) {
   if (device < 0) device = currentDevice();
-  size_t nbytes = at::detail::computeStorageNbytes(size, stride,
-                                                   c10::elementSize(dtype));
+  size_t nbytes =
+      at::detail::computeStorageNbytes(size, stride, c10::elementSize(dtype));
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), nbytes,
       cachingAllocator().allocateOn(device, nbytes), &cachingAllocator(),
@@ -49,23 +49,27 @@ at::Tensor emptyLike(const at::Tensor& like, c10::IntArrayRef size,
 }
 
 void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
-  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  TORCH_CHECK(storage->resizable(),
+              "Trying to resize storage that is not resizable");
   size_t old_nbytes = storage->nbytes();
   if (nbytes == old_nbytes) return;
   c10::DeviceIndex device = storage->device().index();
   c10::DataPtr fresh = cachingAllocator().allocateOn(device, nbytes);
   size_t keep = std::min(old_nbytes, nbytes);
-  auto old = std::make_shared<c10::DataPtr>(storage->set_data_ptr(std::move(fresh)));
+  auto old =
+      std::make_shared<c10::DataPtr>(storage->set_data_ptr(std::move(fresh)));
   storage->set_nbytes(nbytes);
   void* dst = storage->mutable_data();
   if (keep > 0 && old->get() && dst) {
     // The old block stays alive inside the item until its bytes are copied.
-    launch(device, "storage_resize",
-           [old, dst, keep] { std::memcpy(dst, old->get(), keep); },
-           neuron_rt::ItemKind::kCopy);
+    launch(
+        device, "storage_resize",
+        [old, dst, keep] { std::memcpy(dst, old->get(), keep); },
+        neuron_rt::ItemKind::kCopy);
   } else if (old->get()) {
     // Free the old block in stream order: earlier work may still read it.
-    launch(device, "storage_free", [old] {}, neuron_rt::ItemKind::kCopy);
+    launch(
+        device, "storage_free", [old] {}, neuron_rt::ItemKind::kCopy);
   }
 }
 

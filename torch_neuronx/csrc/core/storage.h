@@ -12,9 +12,9 @@ namespace torch_neuronx {
 
 at::Tensor emptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
                         c10::ScalarType dtype, c10::DeviceIndex device);
-at::Tensor emptyContiguous(c10::IntArrayRef size, c10::ScalarType dtype,
-                           c10::DeviceIndex device,
-                           c10::MemoryFormat format = c10::MemoryFormat::Contiguous);
+at::Tensor emptyContiguous(
+    c10::IntArrayRef size, c10::ScalarType dtype, c10::DeviceIndex device,
+    c10::MemoryFormat format = c10::MemoryFormat::Contiguous);
 // An empty tensor like `like` (same dtype and device) with these sizes and
 // strides.
 at::Tensor emptyLike(const at::Tensor& like, c10::IntArrayRef size,

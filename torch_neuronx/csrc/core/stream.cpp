@@ -97,8 +97,8 @@ void raisePendingError(c10::DeviceIndex device) {
   auto err = runtimeDevice(device).takeError();
   if (!err) return;
   TORCH_CHECK(false, "neuron:", err->device, ": device error in ", err->label,
-              " (work item ", err->seq, " on stream ", err->stream, "): ",
-              err->message,
+              " (work item ", err->seq, " on stream ", err->stream,
+              "): ", err->message,
               launchBlocking()
                   ? ""
                   : "\nDevice errors are reported at the next synchronization "

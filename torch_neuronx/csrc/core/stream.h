@@ -4,10 +4,9 @@
 #pragma once
 
 #include <c10/core/Stream.h>
+#include <neuron_runtime/stream.h>
 
 #include <functional>
-
-#include <neuron_runtime/stream.h>
 
 namespace torch_neuronx {
 

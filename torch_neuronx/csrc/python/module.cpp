@@ -1,15 +1,13 @@
 // torch_neuronx._C: the Python bindings. Plain values only (ints, strings,
 // dicts); tensors, streams and events reach Python through torch's own
 // generic classes.
+#include <c10/util/Exception.h>
+#include <neuron_runtime/runtime.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <c10/util/Exception.h>
-
 #include <cstring>
 #include <mutex>
-
-#include <neuron_runtime/runtime.h>
 
 #include "aten/op_stats.h"
 #include "core/caching_allocator.h"
