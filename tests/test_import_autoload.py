@@ -64,6 +64,21 @@ def test_autoload_disabled_then_explicit_import(run_py, check):
     assert r["after"] == {"has_module": True, "is_pkg": True, "values": [0, 2, 4, 6]}
 
 
+def test_import_torch_neuronx_first_with_autoload_on(run_py, check):
+    # torch's autoloading calls back into torch_neuronx while it is still
+    # being imported; that must not fail.
+    out = check(
+        run_py(
+            """
+            import torch_neuronx
+            import torch
+            print((torch.ones(3, device="neuron") * 2).cpu().tolist())
+            """
+        )
+    )
+    assert out.splitlines()[-1] == "[2.0, 2.0, 2.0]"
+
+
 def test_runtime_not_initialised_at_import(run_py, check):
     out = check(
         run_py(

@@ -9,7 +9,16 @@ first use, not at import.
 
 import atexit
 
-import torch
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing is the work.
+
+    Defined before ``import torch``: when this package is imported first,
+    torch's autoloading calls back into it while it is still initialising.
+    """
+
+
+import torch  # noqa: E402
 
 torch.utils.rename_privateuse1_backend("neuron")
 
@@ -40,7 +49,3 @@ atexit.register(_drain_at_exit)
 
 __all__ = list(_device_api) + ["get_executed_ops", "get_fallback_ops", "clear_op_stats"]
 __version__ = "0.1.0"
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing is the work."""

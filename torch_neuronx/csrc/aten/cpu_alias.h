@@ -17,6 +17,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
+#include "aten/tensor_mirror.h"
+
 #include <utility>
 #include <vector>
 
@@ -28,7 +30,7 @@ class AliasSet {
   at::Tensor alias(const at::Tensor& t);
 
  private:
-  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> cpu_storages_;
+  StorageMap cpu_storages_;
 };
 
 }  // namespace torch_neuronx

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
-#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include "core/device.h"
@@ -53,24 +52,11 @@ at::Tensor MetaMirror::operator()(const at::Tensor& t) {
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
     return at::empty({}, t.options().device(c10::kMeta));
   }
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  c10::Storage* ms = nullptr;
-  for (auto& [dev, meta] : storages_)
-    if (dev == s) ms = &meta;
-  if (!ms) {
-    storages_.emplace_back(
-        s, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                        c10::GetAllocator(c10::kMeta), /*resizable=*/true));
-    ms = &storages_.back().second;
-  }
-  c10::InferenceMode inference;  // no version counter, no autograd keys
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(*ms), c10::DispatchKeySet(c10::DispatchKey::Meta),
-      t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.is_conj()) impl->_set_conj(true);
-  if (t.is_neg()) impl->_set_neg(true);
-  return at::Tensor(std::move(impl));
+  const c10::Storage& meta = storages_.get(t, [](const at::Tensor& d) {
+    return c10::Storage(c10::Storage::use_byte_size_t(), d.storage().nbytes(),
+                        c10::GetAllocator(c10::kMeta), /*resizable=*/true);
+  });
+  return tensorOver(meta, c10::DispatchKey::Meta, t);
 }
 
 }  // namespace torch_neuronx

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "aten/tensor_mirror.h"
+
 namespace torch_neuronx {
 
 inline bool isNeuron(const at::Tensor& t) {
@@ -40,7 +42,7 @@ class MetaMirror {
   at::Tensor operator()(const at::Tensor& t);
 
  private:
-  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> storages_;
+  StorageMap storages_;
 };
 
 }  // namespace torch_neuronx
