@@ -177,3 +177,42 @@ def test_loss_forward_backward_matches_cpu(name):
     ln.backward()
     torch.testing.assert_close(ln.cpu(), lc.detach(), **TOL)
     torch.testing.assert_close(xn.grad.cpu(), x.grad, **TOL)
+
+
+def test_module_to_neuron_keeps_tied_weights_tied():
+    emb = torch.nn.Embedding(8, 4)
+    head = torch.nn.Linear(4, 8, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.Sequential(emb, head)
+    param = emb.weight
+    model.to("neuron")
+    # Module.to sets .data in place (as for CUDA): the same Parameter, still shared.
+    assert head.weight is emb.weight is param
+    assert param.device.type == "neuron"
+
+
+def test_small_gpt_training_matches_cpu():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.gpt.model import GPT, GPTConfig
+
+    def losses(device):
+        torch.manual_seed(0)
+        cfg = GPTConfig(vocab_size=32, n_layer=2, n_head=2, d_model=32, seq_len=16)
+        model = GPT(cfg).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(0, 32, (4, 16), generator=g).to(device)
+        y = torch.randint(0, 32, (4, 16), generator=g).to(device)
+        out = []
+        for _ in range(4):
+            _, loss = model(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+
+    torch.testing.assert_close(losses("neuron"), losses("cpu"), rtol=1e-5, atol=1e-5)

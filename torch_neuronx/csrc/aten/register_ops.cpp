@@ -18,6 +18,21 @@
 namespace torch_neuronx {
 namespace {
 
+// Dense strided tensors on the CPU and on neuron can take each other's
+// TensorImpl contents, as CPU and CUDA ones can. c10's own check only knows
+// the built-in backends; without this, Module.to("neuron") would replace
+// each parameter instead of setting its .data, breaking tied weights.
+bool hasCompatibleShallowCopyType(const at::Tensor& self,
+                                  const at::Tensor& from) {
+  auto plain = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && !t.is_quantized() &&
+           !t.is_nested() && (t.is_cpu() || t.is_privateuseone());
+  };
+  if (plain(self) && plain(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(
+      from.key_set());
+}
+
 at::Tensor& copyOp(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   return copyInto(self, src, non_blocking);
 }
@@ -26,6 +41,12 @@ at::Tensor& copyOp(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&deviceOpFallback>());
+}
+
+// A CompositeImplicitAutograd op: its kernel sits on the autograd key.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type",
+         TORCH_FN(hasCompatibleShallowCopyType));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
