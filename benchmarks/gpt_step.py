@@ -10,11 +10,19 @@ update. Run from the repo root::
 Target: neuron/cpu ratio <= 1.0, i.e. the device is at least as fast as the CPU. The
 losses after the timed steps are printed for both devices; they should agree to a
 few decimal places, since both runs start from identical weights and data.
+
+Each device is measured in a fresh child process of this one run: once a process has
+run OpenMP-parallel CPU kernels from two threads (the main thread for the CPU run, a
+stream worker for the neuron run), libgomp keeps two thread pools, throttles their
+spin-waiting, and whichever device runs second is measurably slower.
+`--same-process` measures both in this process instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,9 +96,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--same-process", action="store_true", help="measure both devices in this process"
+    )
+    p.add_argument("--one", help=argparse.SUPPRESS)  # child mode: one device, JSON out
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be >= 1")
+
+    def cfg_for() -> GPTConfig:
+        return GPTConfig(vocab_size=get_tokenizer().vocab_size, seq_len=args.seq_len)
+
+    if args.one:
+        ms, loss = bench_device(parse_device(args.one), cfg_for(), args)
+        print(json.dumps({"ms": ms, "loss": loss}))
+        return
 
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     if len(names) != 2:
@@ -98,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     devices = [parse_device(n) for n in names]
 
     # The benchmark is defined on the default GPT size (6 layers, d_model 256).
-    cfg = GPTConfig(vocab_size=get_tokenizer().vocab_size, seq_len=args.seq_len)
+    cfg = cfg_for()
     print(
         f"GPT n_layer={cfg.n_layer} n_head={cfg.n_head} d_model={cfg.d_model} "
         f"seq_len={cfg.seq_len} batch={args.batch} AdamW lr={args.lr} "
@@ -108,7 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     results = []
     for name, device in zip(names, devices, strict=True):
-        ms, loss = bench_device(device, cfg, args)
+        if args.same_process:
+            ms, loss = bench_device(device, cfg, args)
+        else:
+            child = [sys.executable, __file__, "--one", name, "--steps", str(args.steps)]
+            child += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
+            child += ["--seq-len", str(args.seq_len), "--lr", str(args.lr)]
+            child += ["--seed", str(args.seed)]
+            out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            ms, loss = r["ms"], r["loss"]
         print(
             f"  {name:<10} {ms:10.1f} ms/step   loss after timed steps {loss:.6f}",
             flush=True,
