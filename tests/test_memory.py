@@ -314,3 +314,30 @@ def test_record_stream_keeps_side_stream_result_correct(busy_fn):
     N.current_stream().wait_stream(side)
     torch.testing.assert_close(res.cpu(), torch.arange(1000.0) * 2)
     assert scribble.cpu().eq(-1).all()
+
+
+RECORD_STREAM_FREE_SCRIPT = """
+import time
+import torch
+N = torch.neuron
+side = N.Stream()
+with N.stream(side):
+    # Queues an item on `side` that owns a device block (the storage's old memory).
+    t = torch.ones(1 << 16, device="neuron")
+    t.untyped_storage().resize_(0)
+while not side.query():
+    time.sleep(0.001)
+# The finished item's block is released when `side` next takes work: here, from
+# inside the allocator's free of `u`, which records its reuse event on `side`.
+u = torch.ones(1 << 16, device="neuron")
+u.record_stream(side)
+del u
+N.synchronize()
+print("ok")
+"""
+
+
+def test_free_with_record_stream_while_the_stream_holds_finished_work(run_py, check):
+    # Used to deadlock: the allocator queued the event while holding its own lock.
+    out = check(run_py(RECORD_STREAM_FREE_SCRIPT, timeout=60))
+    assert out.splitlines()[-1] == "ok"

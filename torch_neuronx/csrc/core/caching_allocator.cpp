@@ -116,25 +116,32 @@ class DeviceCache {
   }
 
   void free(Block* block) {
-    std::lock_guard<std::mutex> g(mu_);
-    live_.erase(block->ptr);
-    forEachStat(block->small, [&](int t) {
-      stats_.allocation[t].decrease(1);
-      stats_.allocated_bytes[t].decrease(block->size);
-      stats_.requested_bytes[t].decrease(block->requested);
-    });
-    if (!block->stream_uses.empty()) {
-      DeferredFree d{block, {}};
-      for (c10::StreamId s : block->stream_uses) {
-        neuron_rt::Event e;
-        e.record(runtimeDevice(device_).stream(static_cast<int>(s)));
-        d.events.push_back(std::move(e));
+    std::vector<c10::StreamId> uses;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      live_.erase(block->ptr);
+      forEachStat(block->small, [&](int t) {
+        stats_.allocation[t].decrease(1);
+        stats_.allocated_bytes[t].decrease(block->size);
+        stats_.requested_bytes[t].decrease(block->requested);
+      });
+      if (block->stream_uses.empty()) {
+        releaseBlockLocked(block);
+        return;
       }
-      block->stream_uses.clear();
-      deferred_.push_back(std::move(d));
-      return;
+      uses.swap(block->stream_uses);
     }
-    releaseBlockLocked(block);
+    // Used on other streams (record_stream): reusable once each of them has
+    // passed this point. The events are recorded without the lock held:
+    // queueing work may release finished items, whose tensors free blocks.
+    DeferredFree d{block, {}};
+    for (c10::StreamId s : uses) {
+      neuron_rt::Event e;
+      e.record(runtimeDevice(device_).stream(static_cast<int>(s)));
+      d.events.push_back(std::move(e));
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    deferred_.push_back(std::move(d));
   }
 
   void recordStream(void* ptr, c10::StreamId stream) {
