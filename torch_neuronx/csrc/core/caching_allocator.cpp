@@ -167,18 +167,9 @@ class DeviceCache {
   }
   void resetAccumulated() {
     std::lock_guard<std::mutex> g(mu_);
-    auto reset = [](auto& arr) {
+    forEachStatArray([](auto& arr) {
       for (auto& s : arr) s.reset_accumulated();
-    };
-    reset(stats_.allocation);
-    reset(stats_.segment);
-    reset(stats_.active);
-    reset(stats_.inactive_split);
-    reset(stats_.allocated_bytes);
-    reset(stats_.reserved_bytes);
-    reset(stats_.active_bytes);
-    reset(stats_.inactive_split_bytes);
-    reset(stats_.requested_bytes);
+    });
     stats_.num_alloc_retries = 0;
     stats_.num_ooms = 0;
     stats_.num_device_alloc = 0;
@@ -186,21 +177,21 @@ class DeviceCache {
   }
   void resetPeak() {
     std::lock_guard<std::mutex> g(mu_);
-    auto reset = [](auto& arr) {
+    forEachStatArray([](auto& arr) {
       for (auto& s : arr) s.reset_peak();
-    };
-    reset(stats_.allocation);
-    reset(stats_.segment);
-    reset(stats_.active);
-    reset(stats_.inactive_split);
-    reset(stats_.allocated_bytes);
-    reset(stats_.reserved_bytes);
-    reset(stats_.active_bytes);
-    reset(stats_.inactive_split_bytes);
-    reset(stats_.requested_bytes);
+    });
   }
 
  private:
+  template <typename F>
+  void forEachStatArray(F f) {
+    for (auto* arr : {&stats_.allocation, &stats_.segment, &stats_.active,
+                      &stats_.inactive_split, &stats_.allocated_bytes,
+                      &stats_.reserved_bytes, &stats_.active_bytes,
+                      &stats_.inactive_split_bytes, &stats_.requested_bytes})
+      f(*arr);
+  }
+
   template <typename F>
   void forEachStat(bool small, F f) {
     f(static_cast<int>(StatType::AGGREGATE));
