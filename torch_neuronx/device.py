@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +136,3 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def launch_blocking() -> bool:
     """True when NEURON_LAUNCH_BLOCKING=1: every op waits for the device."""
     return bool(_C._launch_blocking())
-
-
-def _visible_cores_env() -> str | None:
-    return os.environ.get("NEURON_RT_VISIBLE_CORES")

@@ -9,15 +9,13 @@
 
 #include "aten/cpu_alias.h"
 #include "aten/device_warnings.h"
+#include "aten/op_args.h"
 #include "core/device.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
 namespace {
 
-constexpr auto PrivateUse1 = c10::DeviceType::PrivateUse1;
-
-bool isNeuron(const at::Tensor& t) { return t.device().type() == PrivateUse1; }
 
 // Runs dst.copy_(src) on CPU aliases inside a work item.
 std::function<void()> copyItem(std::shared_ptr<AliasSet> keep, at::Tensor dst,

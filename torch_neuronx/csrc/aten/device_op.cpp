@@ -220,12 +220,11 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
   for (size_t i = 0; i < args.size(); ++i) {
     const IValue& v = args[i];
     const auto& arg = schema.arguments()[i];
-    if (arg.type()->kind() == c10::TypeKind::OptionalType &&
-        arg.type()->containedType(0)->kind() == c10::TypeKind::GeneratorType) {
-      call.args.push_back(cpuGenerator(v, device));
-      continue;
-    }
-    if (arg.type()->kind() == c10::TypeKind::GeneratorType) {
+    const c10::TypePtr& type = arg.type();
+    const c10::TypePtr& inner = type->kind() == c10::TypeKind::OptionalType
+                                    ? type->containedType(0)
+                                    : type;
+    if (inner->kind() == c10::TypeKind::GeneratorType) {
       call.args.push_back(cpuGenerator(v, device));
       continue;
     }
