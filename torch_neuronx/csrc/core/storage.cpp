@@ -43,11 +43,6 @@ at::Tensor emptyContiguous(c10::IntArrayRef size, c10::ScalarType dtype,
   return t;
 }
 
-at::Tensor emptyLike(const at::Tensor& like, c10::IntArrayRef size,
-                     c10::IntArrayRef stride) {
-  return emptyStrided(size, stride, like.scalar_type(), like.device().index());
-}
-
 void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
   TORCH_CHECK(storage->resizable(),
               "Trying to resize storage that is not resizable");

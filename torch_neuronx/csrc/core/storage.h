@@ -15,11 +15,6 @@ at::Tensor emptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
 at::Tensor emptyContiguous(
     c10::IntArrayRef size, c10::ScalarType dtype, c10::DeviceIndex device,
     c10::MemoryFormat format = c10::MemoryFormat::Contiguous);
-// An empty tensor like `like` (same dtype and device) with these sizes and
-// strides.
-at::Tensor emptyLike(const at::Tensor& like, c10::IntArrayRef size,
-                     c10::IntArrayRef stride);
-
 // Grows or shrinks a neuron storage to `nbytes`, keeping the common prefix of
 // its contents (copied on the device, in stream order). nbytes == 0 frees
 // the memory (FSDP2 frees unsharded parameters this way).
