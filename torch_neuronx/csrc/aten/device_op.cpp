@@ -189,16 +189,9 @@ std::vector<at::Tensor> flatTensors(const std::vector<IValue>& args) {
 // A CPU generator for this launch, drawn from the neuron generator (or the
 // device's default one), so random ops are reproducible per seed.
 IValue cpuGenerator(const IValue& v, c10::DeviceIndex device) {
-  at::Generator gen = (v.isGenerator() && v.toGenerator().defined())
-                          ? v.toGenerator()
-                          : defaultGenerator(device);
-  if (gen.device().type() != PrivateUse1) return v;  // a CPU generator
-  std::pair<uint64_t, uint64_t> so;
-  {
-    std::lock_guard<std::mutex> g(gen.mutex());
-    so = gen.get<NeuronGeneratorImpl>()->claim();
-  }
-  return IValue(cpuGeneratorFor(so.first, so.second));
+  std::optional<at::Generator> gen;
+  if (v.isGenerator()) gen = v.toGenerator();
+  return IValue(launchGenerator(gen, device));
 }
 
 void rethrowPlain(const c10::Error& e) {

@@ -13,6 +13,7 @@
 #include "aten/convolution.h"
 #include "aten/copy.h"
 #include "aten/device_op.h"
+#include "aten/dropout.h"
 #include "aten/tensor_metadata.h"
 
 namespace torch_neuronx {
@@ -64,6 +65,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_backward_overrideable",
          torch::CppFunction::makeFromBoxedFunction<
              &convolutionBackwardOverrideable>());
+  // Random ops with no generator argument: they draw from the neuron one.
+  m.impl("native_dropout", TORCH_FN(nativeDropout));
   // Factories and metadata.
   m.impl("empty.memory_format", TORCH_FN(emptyMemoryFormat));
   m.impl("empty_strided", TORCH_FN(emptyStridedOp));

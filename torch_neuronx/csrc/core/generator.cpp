@@ -112,3 +112,24 @@ at::Generator cpuGeneratorFor(uint64_t seed, uint64_t offset) {
 }
 
 }  // namespace torch_neuronx
+
+namespace torch_neuronx {
+
+at::Generator launchGenerator(const std::optional<at::Generator>& gen,
+                              c10::DeviceIndex device) {
+  // A copy: at::Generator is a shared handle, and mutex() is non-const.
+  at::Generator g =
+      gen.has_value() && gen->defined() ? *gen : defaultGenerator(device);
+  // CUDA's message for a generator of another device type.
+  TORCH_CHECK(g.device().type() == c10::DeviceType::PrivateUse1,
+              "Expected a 'neuron' device type for generator but found '",
+              g.device().type(), "'");
+  std::pair<uint64_t, uint64_t> so;
+  {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    so = g.get<NeuronGeneratorImpl>()->claim();
+  }
+  return cpuGeneratorFor(so.first, so.second);
+}
+
+}  // namespace torch_neuronx

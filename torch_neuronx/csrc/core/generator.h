@@ -9,6 +9,7 @@
 #include <c10/core/GeneratorImpl.h>
 
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace torch_neuronx {
@@ -46,5 +47,13 @@ at::Generator makeGenerator(c10::DeviceIndex device);
 // A CPU generator whose stream is a pure function of (seed, offset); device
 // work items draw from it.
 at::Generator cpuGeneratorFor(uint64_t seed, uint64_t offset);
+
+// The CPU generator one random op on `device` draws from: claims a (seed,
+// offset) pair from `gen` (a neuron generator; undefined means the device's
+// default one) on the host at launch time, so the values do not depend on
+// when the work item runs. A generator of another device type is an error,
+// as on CUDA.
+at::Generator launchGenerator(const std::optional<at::Generator>& gen,
+                              c10::DeviceIndex device);
 
 }  // namespace torch_neuronx
