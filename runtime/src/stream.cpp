@@ -120,11 +120,13 @@ void Stream::workerLoop() {
       std::lock_guard<std::mutex> g(mu_);
       retired_.push_back(std::move(item.fn));
     }
-    // seq_cst pairs with the waiter's increment of waiters_ (store then
+    // seq_cst pairs with the waiter's registration in wake_at_ (store then
     // load on both sides), so a sleeping waiter is never missed.
     completed_.store(item.seq, std::memory_order_seq_cst);
-    if (waiters_.load(std::memory_order_seq_cst) > 0) {
+    if (wake_at_.load(std::memory_order_seq_cst) <= item.seq) {
       std::lock_guard<std::mutex> g(done_mu_);
+      // Every sleeper wakes and registers its target again.
+      wake_at_.store(kNobodyWaits, std::memory_order_seq_cst);
       done_cv_.notify_all();
     }
   }
@@ -137,15 +139,18 @@ void Stream::waitFor(uint64_t seq) {
     if (completed_.load(std::memory_order_acquire) >= seq) return;
     sched_yield();
   }
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
-  {
-    std::unique_lock<std::mutex> lk(done_mu_);
-    // seq_cst, not acquire: this load is the "load" half of the waiter's
-    // store-then-load pairing with the worker (see workerLoop).
-    done_cv_.wait(
-        lk, [&] { return completed_.load(std::memory_order_seq_cst) >= seq; });
+  std::unique_lock<std::mutex> lk(done_mu_);
+  for (;;) {
+    // Register under done_mu_ (the worker resets wake_at_ under it too), then
+    // check: seq_cst on both sides, so either this check sees the item done
+    // or the worker sees the registration.
+    uint64_t cur = wake_at_.load(std::memory_order_seq_cst);
+    while (seq < cur && !wake_at_.compare_exchange_weak(
+                            cur, seq, std::memory_order_seq_cst)) {
+    }
+    if (completed_.load(std::memory_order_seq_cst) >= seq) return;
+    done_cv_.wait(lk);
   }
-  waiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void Stream::synchronize() {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <memory>
 #include <stdexcept>
@@ -126,6 +127,64 @@ TEST(StreamTest, WaitForReturnsOnceThatItemHasRun) {
   EXPECT_TRUE(s.query());
 }
 
+// Host threads waiting for different items each wake once their own item
+// has run (the worker wakes sleepers only when the lowest target is reached,
+// and those not yet done must register again).
+TEST(StreamTest, WaitersForDifferentItemsEachWakeAtTheirItem) {
+  Stream s(0, 1, 0, nullptr);
+  std::vector<Gate> gates(4);
+  std::vector<uint64_t> seqs;
+  for (Gate& g : gates)
+    seqs.push_back(s.enqueue("gated", [w = g.waiter()] { w.wait(); }));
+  std::vector<std::atomic<bool>> woke(seqs.size());
+  std::vector<std::thread> waiters;
+  // Targets registered from the highest down, so the lowest lands last.
+  for (size_t i = seqs.size(); i-- > 0;) {
+    waiters.emplace_back([&, i] {
+      s.waitFor(seqs[i]);
+      woke[i] = true;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // all asleep
+  for (size_t i = 0; i < gates.size(); ++i) {
+    gates[i].open();
+    s.waitFor(seqs[i]);
+    // Waiters for later items stay asleep; this one wakes.
+    for (size_t j = i + 1; j < seqs.size(); ++j) EXPECT_FALSE(woke[j].load());
+  }
+  for (auto& t : waiters) t.join();
+  for (auto& w : woke) EXPECT_TRUE(w.load());
+}
+
+TEST(StreamTest, ManyWaitersOnARunningQueueAllReturn) {
+  constexpr int kItems = 20000;
+  constexpr int kWaiters = 8;
+  Stream s(0, 1, 0, nullptr);
+  std::atomic<int> done{0};
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < kWaiters; ++w) {
+    waiters.emplace_back([&, w] {
+      for (int k = 1; k <= 200; ++k) {
+        // Targets ahead of the worker and behind it, interleaved.
+        uint64_t target = static_cast<uint64_t>((k * 97 + w * 13) % kItems) + 1;
+        while (s.lastEnqueued() < target) std::this_thread::yield();
+        s.waitFor(target);
+        EXPECT_GE(s.lastCompleted(), target);
+      }
+      done++;
+    });
+  }
+  for (int i = 0; i < kItems; ++i) {
+    s.enqueue("spin", [] {
+      volatile int x = 0;
+      for (int j = 0; j < 200; ++j) x = x + j;
+    });
+  }
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(done.load(), kWaiters);
+  s.synchronize();
+}
+
 TEST(StreamTest, QueryReflectsProgress) {
   Stream s(0, 1, 0, nullptr);
   Gate gate;
@@ -158,10 +217,8 @@ TEST(StreamTest, ThrowingItemPoisonsStreamUntilTakeError) {
   uint64_t bad = s.enqueue(
       "bad_op", [] { throw std::runtime_error("simulated device fault"); });
   s.enqueue("compute_after", [&] { ran.push_back(3); });
-  s.enqueue(
-      "copy_after", [&] { ran.push_back(4); }, ItemKind::kCopy);
-  s.enqueue(
-      "marker_after", [&] { ran.push_back(5); }, ItemKind::kMarker);
+  s.enqueue("copy_after", [&] { ran.push_back(4); }, ItemKind::kCopy);
+  s.enqueue("marker_after", [&] { ran.push_back(5); }, ItemKind::kMarker);
   s.enqueue("compute_after2", [&] { ran.push_back(6); });
   s.synchronize();
 
@@ -183,8 +240,7 @@ TEST(StreamTest, ThrowingItemPoisonsStreamUntilTakeError) {
   EXPECT_FALSE(s.hasError());
   EXPECT_FALSE(s.takeError().has_value());
   s.enqueue("compute_recovered", [&] { ran.push_back(7); });
-  s.enqueue(
-      "copy_recovered", [&] { ran.push_back(8); }, ItemKind::kCopy);
+  s.enqueue("copy_recovered", [&] { ran.push_back(8); }, ItemKind::kCopy);
   s.synchronize();
   EXPECT_EQ(ran, (std::vector<int>{1, 5, 7, 8}));
   EXPECT_FALSE(s.hasError());
@@ -326,13 +382,14 @@ TEST(StreamTest, DestructorDrainsWhileBlocked) {
 }
 
 TEST(StreamTest, DestructorOfUnusedOrPoisonedStream) {
-  { Stream unused(0, 1, 0, nullptr); }
+  {
+    Stream unused(0, 1, 0, nullptr);
+  }
   int markers = 0;
   {
     Stream s(0, 1, 0, nullptr);
     s.enqueue("bad", [] { throw std::runtime_error("x"); });
-    s.enqueue(
-        "marker", [&markers] { ++markers; }, ItemKind::kMarker);
+    s.enqueue("marker", [&markers] { ++markers; }, ItemKind::kMarker);
   }
   EXPECT_EQ(markers, 1);
 }
@@ -383,8 +440,7 @@ TEST(TraceTest, RecordsSkippedItems) {
   Stream s(0, 1, 0, &trace);
   s.enqueue("bad", [] { throw std::runtime_error("x"); });
   s.enqueue("skipped", [] {});
-  s.enqueue(
-      "marker", [] {}, ItemKind::kMarker);
+  s.enqueue("marker", [] {}, ItemKind::kMarker);
   s.synchronize();
   auto recs = trace.drain();
   ASSERT_EQ(recs.size(), 3u);

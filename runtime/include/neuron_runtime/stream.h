@@ -104,7 +104,12 @@ class Stream {
   std::atomic<uint64_t> completed_{0};
   std::mutex done_mu_;
   std::condition_variable done_cv_;
-  std::atomic<int> waiters_{0};
+  // The lowest sequence number a sleeping host thread waits for (max when
+  // none): the worker wakes waiters only once that item has run, not after
+  // every item (a host waiting for a long queue would otherwise be woken,
+  // and the worker slowed, ~1,000 times per training step).
+  std::atomic<uint64_t> wake_at_{kNobodyWaits};
+  static constexpr uint64_t kNobodyWaits = ~uint64_t{0};
 
   std::atomic<bool> poisoned_{false};
   std::mutex error_mu_;

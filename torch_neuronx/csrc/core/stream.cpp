@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/host_compute_pool.h"
 
 namespace torch_neuronx {
 namespace {
@@ -81,6 +82,7 @@ bool launchBlocking() {
 void launchOn(const c10::Stream& stream, const char* label,
               std::function<void()> fn, neuron_rt::ItemKind kind) {
   neuron_rt::Stream& s = runtimeStream(stream);
+  releaseHostComputePool();
   uint64_t seq = s.enqueue(label, std::move(fn), kind);
   if (launchBlocking()) {
     s.waitFor(seq);
