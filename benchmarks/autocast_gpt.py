@@ -1,0 +1,172 @@
+"""bfloat16 autocast against float32: the small GPT's loss curve and step time.
+
+Trains the example GPT twice on one device from the same seed (same initial weights,
+same batches): once in float32, once with the forward pass under
+``torch.autocast(device, dtype=torch.bfloat16)``. Prints both loss curves side by side
+every --print-every steps, the largest gap between the two smoothed curves, and the
+time per step of each run with the ratio bf16/fp32. Run from the repo root::
+
+    python benchmarks/autocast_gpt.py --steps 60
+
+A bf16 run that tracks float32 stays within a few hundredths of its smoothed loss;
+a policy that ran softmax, layer norm or the loss in bfloat16 drifts visibly.
+Each run is measured in a fresh child process, as in gpt_step.py, so neither
+inherits the other's allocator cache or thread pools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+try:
+    # Normally loaded by `import torch` via its backend entry point; explicit import
+    # covers environments where autoloading is disabled.
+    import torch_neuronx  # noqa: F401
+except ImportError:
+    pass
+
+# Run as `python benchmarks/autocast_gpt.py`: sys.path[0] is benchmarks/, so the repo
+# root must be added for `examples.gpt.*` to resolve.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples.gpt.data import get_batch, get_tokenizer
+from examples.gpt.model import GPTConfig
+from examples.gpt.train import (
+    AMP_DTYPES,
+    build_model,
+    make_optimizer,
+    parse_device,
+    synchronize,
+    train_step,
+)
+
+MODES = ("none", "bf16")
+
+
+def run_mode(args: argparse.Namespace, amp: str) -> dict:
+    """Trains for args.steps steps; returns the losses and the ms per timed step."""
+    device = parse_device(args.device)
+    tokenizer = get_tokenizer()
+    cfg = GPTConfig(
+        vocab_size=tokenizer.vocab_size,
+        n_layer=args.n_layer,
+        n_head=args.n_head,
+        d_model=args.d_model,
+        seq_len=args.seq_len,
+    )
+    model = build_model(cfg, device, args.seed)
+    optimizer = make_optimizer(model, args.lr)
+    model.train()
+    gen = torch.Generator().manual_seed(args.seed)
+    amp_dtype = AMP_DTYPES[amp]
+
+    pending = []
+    t0 = None
+    for step in range(args.steps):
+        if step == args.warmup:
+            # The first steps pay one-time costs (allocator growth, AdamW state,
+            # metadata caches): the clock starts after them, on an idle device.
+            synchronize(device)
+            t0 = time.perf_counter()
+        x, y = get_batch("train", args.batch, args.seq_len, device, gen)
+        pending.append(train_step(model, optimizer, x, y, amp_dtype))
+    # Losses stay on the device until the end, so no step waits for the one before.
+    losses = torch.stack(pending).float().cpu().tolist()
+    synchronize(device)
+    ms = (time.perf_counter() - t0) / (args.steps - args.warmup) * 1e3
+    return {"losses": losses, "ms_per_step": ms}
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving average (shorter at the start)."""
+    out = []
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        out.append(sum(chunk) / len(chunk))
+    return out
+
+
+def run_in_child(args: argparse.Namespace, amp: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", amp, *args.forward]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{amp} run failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="neuron")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=3, help="untimed first steps")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-layer", type=int, default=GPTConfig.n_layer)
+    p.add_argument("--n-head", type=int, default=GPTConfig.n_head)
+    p.add_argument("--d-model", type=int, default=GPTConfig.d_model)
+    p.add_argument("--print-every", type=int, default=5)
+    p.add_argument("--smooth", type=int, default=10, help="moving-average window")
+    p.add_argument("--same-process", action="store_true", help="no child processes")
+    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
+    args = p.parse_args(argv)
+    if args.steps <= args.warmup or args.warmup < 1:
+        p.error("need 1 <= --warmup < --steps")
+    # What a child gets: the same options minus the ones only the parent uses.
+    args.forward = [a for a in argv if a != "--same-process"]
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.child:
+        print(json.dumps(run_mode(args, args.child)))
+        return
+
+    print(
+        f"device={args.device} steps={args.steps} (first {args.warmup} untimed) "
+        f"batch={args.batch} seq_len={args.seq_len} layers={args.n_layer} "
+        f"d_model={args.d_model} lr={args.lr} seed={args.seed}",
+        flush=True,
+    )
+    runs = {
+        amp: run_mode(args, amp) if args.same_process else run_in_child(args, amp) for amp in MODES
+    }
+    fp32, bf16 = runs["none"]["losses"], runs["bf16"]["losses"]
+    s32, s16 = smooth(fp32, args.smooth), smooth(bf16, args.smooth)
+
+    print(f"\n{'step':>5} | {'fp32':>8} {'bf16':>8} | {'fp32 avg':>8} {'bf16 avg':>8} | diff")
+    for i in range(len(fp32)):
+        step = i + 1
+        if step % args.print_every == 0 or step in (1, len(fp32)):
+            print(
+                f"{step:5d} | {fp32[i]:8.4f} {bf16[i]:8.4f} | "
+                f"{s32[i]:8.4f} {s16[i]:8.4f} | {s16[i] - s32[i]:+.4f}"
+            )
+
+    # The first window is dominated by the steep initial drop, where a one-step
+    # lag shows as a large gap; the comparison starts once the window is full.
+    start = min(args.smooth, len(fp32)) - 1
+    diffs = [abs(a - b) for a, b in zip(s32[start:], s16[start:], strict=True)]
+    raw = [abs(a - b) for a, b in zip(fp32, bf16, strict=True)]
+    ms32, ms16 = runs["none"]["ms_per_step"], runs["bf16"]["ms_per_step"]
+    print(
+        f"\nmax |smoothed fp32 - bf16| (window {args.smooth}, steps {start + 1}-{len(fp32)}): "
+        f"{max(diffs):.4f}"
+    )
+    print(f"max |raw fp32 - bf16| (any step): {max(raw):.4f}")
+    print(f"final loss: fp32 {fp32[-1]:.4f}  bf16 {bf16[-1]:.4f}")
+    print(f"step time: fp32 {ms32:.1f} ms  bf16 {ms16:.1f} ms  ratio bf16/fp32 {ms16 / ms32:.2f}")
+
+
+if __name__ == "__main__":
+    main()
