@@ -12,6 +12,10 @@ A bf16 run that tracks float32 stays within a few hundredths of its smoothed los
 a policy that ran softmax, layer norm or the loss in bfloat16 drifts visibly.
 Each run is measured in a fresh child process, as in gpt_step.py, so neither
 inherits the other's allocator cache or thread pools.
+
+Step time is the median over the timed steps of the interval between device events
+recorded after consecutive steps (wall clock on the CPU): nothing waits inside the
+loop, and the median shrugs off steps slowed by other load on a shared machine.
 """
 
 from __future__ import annotations
@@ -50,6 +54,19 @@ from examples.gpt.train import (
 MODES = ("none", "bf16")
 
 
+def step_clock(device: torch.device):
+    """Returns mark() -> a handle per call, and elapsed(a, b) -> ms between two."""
+    if device.type == "cpu":
+        return time.perf_counter, lambda a, b: (b - a) * 1e3
+
+    def mark():
+        ev = torch.Event(device=device, enable_timing=True)
+        ev.record()
+        return ev
+
+    return mark, lambda a, b: a.elapsed_time(b)
+
+
 def run_mode(args: argparse.Namespace, amp: str) -> dict:
     """Trains for args.steps steps; returns the losses and the ms per timed step."""
     device = parse_device(args.device)
@@ -67,21 +84,22 @@ def run_mode(args: argparse.Namespace, amp: str) -> dict:
     gen = torch.Generator().manual_seed(args.seed)
     amp_dtype = AMP_DTYPES[amp]
 
-    pending = []
-    t0 = None
+    mark, elapsed = step_clock(device)
+    pending, marks = [], []
     for step in range(args.steps):
         if step == args.warmup:
             # The first steps pay one-time costs (allocator growth, AdamW state,
-            # metadata caches): the clock starts after them, on an idle device.
-            synchronize(device)
-            t0 = time.perf_counter()
+            # metadata caches): timing starts after them.
+            marks.append(mark())
         x, y = get_batch("train", args.batch, args.seq_len, device, gen)
         pending.append(train_step(model, optimizer, x, y, amp_dtype))
+        if step >= args.warmup:
+            marks.append(mark())
     # Losses stay on the device until the end, so no step waits for the one before.
     losses = torch.stack(pending).float().cpu().tolist()
     synchronize(device)
-    ms = (time.perf_counter() - t0) / (args.steps - args.warmup) * 1e3
-    return {"losses": losses, "ms_per_step": ms}
+    step_ms = sorted(elapsed(a, b) for a, b in zip(marks[:-1], marks[1:], strict=True))
+    return {"losses": losses, "ms_per_step": step_ms[len(step_ms) // 2]}
 
 
 def smooth(values: list[float], window: int) -> list[float]:
@@ -165,7 +183,10 @@ def main() -> None:
     )
     print(f"max |raw fp32 - bf16| (any step): {max(raw):.4f}")
     print(f"final loss: fp32 {fp32[-1]:.4f}  bf16 {bf16[-1]:.4f}")
-    print(f"step time: fp32 {ms32:.1f} ms  bf16 {ms16:.1f} ms  ratio bf16/fp32 {ms16 / ms32:.2f}")
+    print(
+        f"step time (median): fp32 {ms32:.1f} ms  bf16 {ms16:.1f} ms  "
+        f"ratio bf16/fp32 {ms16 / ms32:.2f}"
+    )
 
 
 if __name__ == "__main__":
