@@ -371,19 +371,37 @@ def test_autocast_state_is_per_thread():
     assert seen == [F32]
 
 
+def _cast_node(y: torch.Tensor, param: torch.Tensor):
+    """The autograd node of the cast that fed ``param`` into ``y``."""
+    stack, seen = [y.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for nxt, _ in node.next_functions:
+            if nxt is not None and getattr(nxt, "variable", None) is param:
+                return node
+            stack.append(nxt)
+    raise AssertionError("param not found in the graph")
+
+
 def test_weight_casts_are_cached_within_a_region():
-    # Leaf fp32 weights are cast once per region (the autocast cache), and the
-    # cache is dropped when the outermost region exits.
+    # Leaf fp32 weights are cast once per region (the autocast cache): two uses
+    # share one cast. The cache is dropped when the outermost region exits, and
+    # cache_enabled=False turns it off.
     lin = nn.Linear(8, 8).to(DEV)
     x = torch.randn(2, 8, device=DEV)
     with torch.autocast(DEV):
-        y1 = lin(x)
-        y2 = lin(x)
-    torch.testing.assert_close(y1, y2, rtol=0, atol=0)
-    lin.weight.data.mul_(2)
+        y1, y2 = lin(x), lin(x)
+    assert _cast_node(y1, lin.weight) is _cast_node(y2, lin.weight)
     with torch.autocast(DEV):
         y3 = lin(x)
-    assert not torch.equal(y3, y1)
+    assert _cast_node(y3, lin.weight) is not _cast_node(y1, lin.weight)
+    with torch.autocast(DEV, cache_enabled=False):
+        y4, y5 = lin(x), lin(x)
+    assert _cast_node(y4, lin.weight) is not _cast_node(y5, lin.weight)
+    torch.testing.assert_close(y1, y4, rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------------------
@@ -558,6 +576,16 @@ def test_grad_scaler_float16_training_loss_goes_down():
     assert math.isfinite(scaler.get_scale()) and scaler.get_scale() > 0
 
 
+def test_grad_scaler_refuses_float16_gradients():
+    # As on CUDA: parameters (and so gradients) must stay float32 under autocast.
+    p = nn.Parameter(torch.ones(4, device=DEV, dtype=F16))
+    opt = torch.optim.SGD([p], lr=0.1)
+    scaler = torch.amp.GradScaler(DEV)
+    scaler.scale(p.float().sum()).backward()
+    with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+        scaler.unscale_(opt)
+
+
 def test_grad_scaler_state_dict_round_trip():
     scaler = torch.amp.GradScaler(DEV, init_scale=8.0, growth_interval=1)
     p = nn.Parameter(torch.ones(2, device=DEV))
@@ -578,3 +606,25 @@ def test_no_warnings_in_a_plain_region():
         warnings.simplefilter("error")
         with torch.autocast(DEV):
             (a @ a).float().softmax(-1).sum().item()
+
+
+# ---------------------------------------------------------------------------
+# the GPT example
+
+
+def test_gpt_example_amp_bf16_tracks_float32(capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.gpt.train import parse_args, train
+
+    small = ["--device", DEV, "--steps", "8", "--batch", "4", "--seq-len", "16"]
+    small += ["--n-layer", "1", "--d-model", "32", "--n-head", "2", "--sample-chars", "0"]
+    assert parse_args(small).amp == "none"  # float32 stays the default
+    fp32 = train(parse_args(small))
+    bf16 = train(parse_args([*small, "--amp", "bf16"]))
+    assert "amp=bf16" in capsys.readouterr().out
+    assert fp32 != bf16  # autocast did change the arithmetic
+    assert max(abs(a - b) for a, b in zip(fp32, bf16, strict=True)) < 0.05
+    assert bf16[-1] < bf16[0]
