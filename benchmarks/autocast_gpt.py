@@ -10,19 +10,18 @@ time per step of each run with the ratio bf16/fp32. Run from the repo root::
 
 A bf16 run that tracks float32 stays within a few hundredths of its smoothed loss;
 a policy that ran softmax, layer norm or the loss in bfloat16 drifts visibly.
-Each run is measured in a fresh child process, as in gpt_step.py, so neither
-inherits the other's allocator cache or thread pools.
 
-Step time is the median over the timed steps of the interval between device events
-recorded after consecutive steps (wall clock on the CPU): nothing waits inside the
-loop, and the median shrugs off steps slowed by other load on a shared machine.
+The two runs are interleaved step by step in one process (which of them goes first
+alternates), so that load from other processes on a shared machine falls on both
+alike. Their models, optimizers and batch generators are separate, so each loss
+curve is exactly what a run on its own gives. A step's time is the interval between
+device events recorded around it (wall clock on the CPU); nothing waits inside the
+loop, and the median over the timed steps is reported.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,8 +66,21 @@ def step_clock(device: torch.device):
     return mark, lambda a, b: a.elapsed_time(b)
 
 
-def run_mode(args: argparse.Namespace, amp: str) -> dict:
-    """Trains for args.steps steps; returns the losses and the ms per timed step."""
+def new_run(args: argparse.Namespace, device: torch.device, cfg: GPTConfig) -> dict:
+    # Same seed for each run: same initial weights, same sequence of batches.
+    model = build_model(cfg, device, args.seed)
+    model.train()
+    return {
+        "model": model,
+        "optimizer": make_optimizer(model, args.lr),
+        "gen": torch.Generator().manual_seed(args.seed),
+        "pending": [],
+        "step_ms": [],
+    }
+
+
+def train_both(args: argparse.Namespace) -> dict[str, dict]:
+    """Trains one run per mode, interleaved; returns each run's losses and ms/step."""
     device = parse_device(args.device)
     tokenizer = get_tokenizer()
     cfg = GPTConfig(
@@ -78,28 +90,33 @@ def run_mode(args: argparse.Namespace, amp: str) -> dict:
         d_model=args.d_model,
         seq_len=args.seq_len,
     )
-    model = build_model(cfg, device, args.seed)
-    optimizer = make_optimizer(model, args.lr)
-    model.train()
-    gen = torch.Generator().manual_seed(args.seed)
-    amp_dtype = AMP_DTYPES[amp]
-
+    runs = {amp: new_run(args, device, cfg) for amp in MODES}
     mark, elapsed = step_clock(device)
-    pending, marks = [], []
+    timed = []  # (mode, start mark, end mark)
     for step in range(args.steps):
-        if step == args.warmup:
+        order = MODES if step % 2 == 0 else MODES[::-1]
+        for amp in order:
+            run = runs[amp]
+            start = mark()
+            x, y = get_batch("train", args.batch, args.seq_len, device, run["gen"])
+            loss = train_step(run["model"], run["optimizer"], x, y, AMP_DTYPES[amp])
+            run["pending"].append(loss)
             # The first steps pay one-time costs (allocator growth, AdamW state,
-            # metadata caches): timing starts after them.
-            marks.append(mark())
-        x, y = get_batch("train", args.batch, args.seq_len, device, gen)
-        pending.append(train_step(model, optimizer, x, y, amp_dtype))
-        if step >= args.warmup:
-            marks.append(mark())
+            # metadata caches) and are not timed.
+            if step >= args.warmup:
+                timed.append((amp, start, mark()))
     # Losses stay on the device until the end, so no step waits for the one before.
-    losses = torch.stack(pending).float().cpu().tolist()
     synchronize(device)
-    step_ms = sorted(elapsed(a, b) for a, b in zip(marks[:-1], marks[1:], strict=True))
-    return {"losses": losses, "ms_per_step": step_ms[len(step_ms) // 2]}
+    for amp, a, b in timed:
+        runs[amp]["step_ms"].append(elapsed(a, b))
+    out = {}
+    for amp, run in runs.items():
+        step_ms = sorted(run["step_ms"])
+        out[amp] = {
+            "losses": torch.stack(run["pending"]).float().cpu().tolist(),
+            "ms_per_step": step_ms[len(step_ms) // 2],
+        }
+    return out
 
 
 def smooth(values: list[float], window: int) -> list[float]:
@@ -109,14 +126,6 @@ def smooth(values: list[float], window: int) -> list[float]:
         chunk = values[max(0, i - window + 1) : i + 1]
         out.append(sum(chunk) / len(chunk))
     return out
-
-
-def run_in_child(args: argparse.Namespace, amp: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", amp, *args.forward]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{amp} run failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -133,32 +142,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--d-model", type=int, default=GPTConfig.d_model)
     p.add_argument("--print-every", type=int, default=5)
     p.add_argument("--smooth", type=int, default=10, help="moving-average window")
-    p.add_argument("--same-process", action="store_true", help="no child processes")
-    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
-    argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
-    if args.steps <= args.warmup or args.warmup < 1:
-        p.error("need 1 <= --warmup < --steps")
-    # What a child gets: the same options minus the ones only the parent uses.
-    args.forward = [a for a in argv if a != "--same-process"]
+    if args.steps <= args.warmup or args.warmup < 0:
+        p.error("need 0 <= --warmup < --steps")
     return args
 
 
 def main() -> None:
     args = parse_args()
-    if args.child:
-        print(json.dumps(run_mode(args, args.child)))
-        return
-
     print(
         f"device={args.device} steps={args.steps} (first {args.warmup} untimed) "
         f"batch={args.batch} seq_len={args.seq_len} layers={args.n_layer} "
         f"d_model={args.d_model} lr={args.lr} seed={args.seed}",
         flush=True,
     )
-    runs = {
-        amp: run_mode(args, amp) if args.same_process else run_in_child(args, amp) for amp in MODES
-    }
+    runs = train_both(args)
     fp32, bf16 = runs["none"]["losses"], runs["bf16"]["losses"]
     s32, s16 = smooth(fp32, args.smooth), smooth(bf16, args.smooth)
 
