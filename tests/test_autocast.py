@@ -249,6 +249,16 @@ def test_op_policy(name, fn, make, policy):
         torch.testing.assert_close(out.cpu(), cpu_out, **_tol(out.dtype))
 
 
+def test_any_neuron_device(two_devices):
+    a = torch.randn(4, 4, device="neuron:1")
+    with torch.autocast(DEV):
+        out = a @ a
+        sm = out.softmax(-1)
+    assert out.dtype == BF16 and out.device == a.device
+    assert sm.dtype == F32 and sm.device == a.device
+    torch.testing.assert_close(out.cpu(), a.cpu().bfloat16() @ a.cpu().bfloat16())
+
+
 def test_cat_and_stack_promote_like_cuda():
     # Not on CUDA's autocast lists: their own type promotion gives the widest type.
     a = torch.randn(2, 3, device=DEV, dtype=BF16)
