@@ -33,6 +33,10 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
 
+from . import amp  # noqa: E402
+
+amp._set_default_autocast_dtype()
+
 
 def _drain_at_exit() -> None:
     # Queued device work must finish before the interpreter and the C++

@@ -101,3 +101,8 @@ __all__ = [
     "stream",
     "synchronize",
 ]
+
+# torch.autocast("neuron") looks this up on the device module.
+from .amp import get_amp_supported_dtype  # noqa: E402
+
+__all__ += ["get_amp_supported_dtype"]

@@ -5,6 +5,9 @@ Example (from the repo root)::
     python examples/gpt/train.py --device neuron --steps 300 --batch 8 --seq-len 128 \\
         --lr 3e-4 --seed 0 --log-every 20
 
+``--amp bf16`` runs the forward pass (model and loss) under
+``torch.autocast(device, dtype=torch.bfloat16)``; the default is float32 throughout.
+
 ``train(args)`` returns the per-step losses so tests and benchmarks can import it::
 
     from examples.gpt.train import parse_args, train
@@ -14,6 +17,7 @@ Example (from the repo root)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -84,11 +88,33 @@ def make_optimizer(model: GPT, lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(model.parameters(), lr=lr)
 
 
+# --amp choices: the autocast dtype of each (None = no autocast, float32 throughout).
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16}
+
+
+def autocast_context(device: torch.device, amp_dtype: torch.dtype | None):
+    """Autocast for the forward pass, or nothing when amp_dtype is None."""
+    if amp_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=amp_dtype)
+
+
 def train_step(
-    model: GPT, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    amp_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """One forward/backward/update. Returns the loss as a device tensor (no sync)."""
-    _, loss = model(x, y)
+    """One forward/backward/update. Returns the loss as a device tensor (no sync).
+
+    With amp_dtype, the forward pass and loss run under autocast; backward runs
+    outside it (each backward op takes the dtype of its forward op) and the
+    parameters, gradients and optimizer state stay float32. bfloat16 has float32's
+    exponent range, so no loss scaling is needed.
+    """
+    with autocast_context(x.device, amp_dtype):
+        _, loss = model(x, y)
     # set_to_none frees gradient buffers between steps instead of zero-filling them.
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -105,6 +131,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20)
+    p.add_argument(
+        "--amp",
+        choices=sorted(AMP_DTYPES),
+        default="none",
+        help="autocast dtype for the forward pass (default: none, float32)",
+    )
     # Model size; defaults are GPTConfig's. Smaller values make quick smoke tests.
     p.add_argument("--n-layer", type=int, default=GPTConfig.n_layer)
     p.add_argument("--n-head", type=int, default=GPTConfig.n_head)
@@ -134,7 +166,7 @@ def train(args: argparse.Namespace) -> list[float]:
     print(
         f"device={device} params={model.num_params() / 1e6:.2f}M "
         f"vocab={cfg.vocab_size} steps={args.steps} batch={args.batch} "
-        f"seq_len={args.seq_len} lr={args.lr} seed={args.seed}",
+        f"seq_len={args.seq_len} lr={args.lr} seed={args.seed} amp={args.amp}",
         flush=True,
     )
 
@@ -149,7 +181,7 @@ def train(args: argparse.Namespace) -> list[float]:
     step_last = 0
     for step in range(1, args.steps + 1):
         x, y = get_batch("train", args.batch, args.seq_len, device, gen)
-        pending.append(train_step(model, optimizer, x, y))
+        pending.append(train_step(model, optimizer, x, y, AMP_DTYPES[args.amp]))
         if step % args.log_every == 0 or step == args.steps:
             # One sync per log interval: .tolist() waits for the queued steps, so the
             # clock read after it covers their full execution.
@@ -171,7 +203,8 @@ def train(args: argparse.Namespace) -> list[float]:
         model.eval()
         prompt = torch.tensor([tokenizer.encode("Return ")], device=device)
         sample_gen = torch.Generator().manual_seed(args.seed)
-        out = model.generate(prompt, args.sample_chars, temperature=0.8, generator=sample_gen)
+        with autocast_context(device, AMP_DTYPES[args.amp]):
+            out = model.generate(prompt, args.sample_chars, temperature=0.8, generator=sample_gen)
         print("sample:")
         print(tokenizer.decode(out[0]))
     return losses
