@@ -33,6 +33,11 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
 
+# Shims for libraries that do not know the device yet (safetensors' device names).
+from . import compat  # noqa: E402
+
+compat.install()
+
 
 def _drain_at_exit() -> None:
     # Queued device work must finish before the interpreter and the C++
