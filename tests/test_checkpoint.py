@@ -102,7 +102,9 @@ def test_tensor_on_second_device_comes_back_there(two_devices):
 
 
 def test_empty_tensor_and_parameter():
-    loaded = roundtrip({"e": torch.empty(0, 3, device="neuron"), "p": nn.Parameter(torch.ones(2, device="neuron"))})
+    loaded = roundtrip(
+        {"e": torch.empty(0, 3, device="neuron"), "p": nn.Parameter(torch.ones(2, device="neuron"))}
+    )
     assert loaded["e"].shape == (0, 3) and loaded["e"].device.type == "neuron"
     assert isinstance(loaded["p"], nn.Parameter) and loaded["p"].requires_grad
     assert loaded["p"].device.type == "neuron"
@@ -218,7 +220,9 @@ def test_cpu_checkpoint_to_neuron_and_back(tmp_path):
 def test_map_location_to_missing_device_is_a_clear_error(saved, map_location):
     _, data = saved
     count = N.device_count()
-    with pytest.raises(RuntimeError, match=rf"device 9 but torch.neuron.device_count\(\) is {count}"):
+    with pytest.raises(
+        RuntimeError, match=rf"device 9 but torch.neuron.device_count\(\) is {count}"
+    ):
         load_bytes(data, map_location=map_location)
     # Nothing lost: the same bytes still load, and the device still works.
     assert load_bytes(data)["x"].device.type == "neuron"
@@ -255,7 +259,8 @@ def test_checkpoint_of_missing_device_in_other_process(tmp_path, run_py, check, 
             env={"NEURON_RT_VISIBLE_CORES": "0"},
         )
     )
-    assert "ERR Attempting to deserialize object on NEURON device 1 but torch.neuron.device_count() is 1" in out
+    msg = "Attempting to deserialize object on NEURON device 1 but torch.neuron.device_count() is 1"
+    assert f"ERR {msg}" in out
     assert "OK neuron:0 [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]" in out
 
 
@@ -306,7 +311,7 @@ def test_weights_only_loads_module_optimizer_and_rng_state():
         assert same(state[i]["exp_avg_sq"], s["exp_avg_sq"])
         assert same(state[i]["step"], s["step"])
     assert loaded["optim"]["param_groups"] == opt.state_dict()["param_groups"]
-    assert all(same(a, b) for a, b in zip(loaded["neuron_rng"], N.get_rng_state_all()))
+    assert all(same(a, b) for a, b in zip(loaded["neuron_rng"], N.get_rng_state_all(), strict=True))
     assert loaded["device"] == torch.device("neuron", 0)
 
 
@@ -380,7 +385,7 @@ def train(model, opt, steps) -> list[torch.Tensor]:
         loss.backward()
         opt.step()
         losses.append(loss.detach())
-    return [l.cpu() for l in losses]
+    return [loss.cpu() for loss in losses]
 
 
 def checkpoint(model, opt) -> bytes:
@@ -417,12 +422,12 @@ def test_resume_from_checkpoint_is_bit_identical(dropout):
 
     model2, opt2 = resume(data, dropout)
     resumed = train(model2, opt2, range(4, 10))
-    assert all(same(a, b) for a, b in zip(straight, resumed)), (straight, resumed)
-    for (k, a), b in zip(model.state_dict().items(), model2.state_dict().values()):
+    assert all(same(a, b) for a, b in zip(straight, resumed, strict=True)), (straight, resumed)
+    for (k, a), b in zip(model.state_dict().items(), model2.state_dict().values(), strict=True):
         assert same(a, b), k
     if dropout:
         # The RNG matters: without restoring it the losses differ.
         model3, opt3 = resume(data, dropout)
         torch.manual_seed(777)
         other = train(model3, opt3, range(4, 10))
-        assert not all(same(a, b) for a, b in zip(straight, other))
+        assert not all(same(a, b) for a, b in zip(straight, other, strict=True))

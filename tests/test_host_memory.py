@@ -214,7 +214,7 @@ def train(loader, device: str, non_blocking: bool) -> list[float]:
         loss.backward()
         opt.step()
         losses.append(loss.detach())
-    return [float(l) for l in losses]
+    return [float(loss) for loss in losses]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -39,7 +39,11 @@ def sample(dtype: torch.dtype) -> torch.Tensor:
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     a, b = a.cpu(), b.cpu()
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    )
 
 
 @pytest.fixture
@@ -50,7 +54,9 @@ def tensors() -> dict[str, torch.Tensor]:
 def test_save_from_neuron_is_the_same_file_as_from_cpu(tmp_path, tensors):
     st.save_file(tensors, tmp_path / "cpu.safetensors")
     st.save_file({k: v.to("neuron") for k, v in tensors.items()}, tmp_path / "dev.safetensors")
-    assert (tmp_path / "cpu.safetensors").read_bytes() == (tmp_path / "dev.safetensors").read_bytes()
+    assert (tmp_path / "cpu.safetensors").read_bytes() == (
+        tmp_path / "dev.safetensors"
+    ).read_bytes()
     assert st.save({k: v.to("neuron") for k, v in tensors.items()}) == st.save(tensors)
 
 
@@ -123,7 +129,7 @@ def test_save_model_and_load_model_with_tied_weights(tmp_path):
     dst = Tied().to("neuron")
     missing, unexpected = st.load_model(dst, path, device="neuron")
     assert not missing and not unexpected
-    for (k, a), b in zip(src.state_dict().items(), dst.state_dict().values()):
+    for (k, a), b in zip(src.state_dict().items(), dst.state_dict().values(), strict=True):
         assert b.device.type == "neuron" and same(a, b), k
     assert dst.head.weight is dst.emb.weight
     # A model on the CPU loads the neuron-saved file too, and the other way round.

@@ -25,8 +25,8 @@ namespace {
 // the allocator does not know keeps the tensor itself alive in the item.
 at::Tensor pinnedOperand(const at::Tensor& host, const c10::Stream& stream) {
   if (!recordPinnedUse(host, stream)) return host;
-  at::Tensor view = at::from_blob(host.data_ptr(), host.sizes(),
-                                  host.strides(), host.options());
+  at::Tensor view = at::from_blob(host.data_ptr(), host.sizes(), host.strides(),
+                                  host.options());
   view._set_conj(host.is_conj());
   view._set_neg(host.is_neg());
   return view;

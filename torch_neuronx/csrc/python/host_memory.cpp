@@ -46,8 +46,7 @@ py::dict hostMemoryStats() {
 
 void bindHostMemory(py::module_& m) {
   m.def("_host_memory_stats", &hostMemoryStats);
-  m.def("_host_reset_peak_stats",
-        [] { pinnedAllocator().reset_peak_stats(); });
+  m.def("_host_reset_peak_stats", [] { pinnedAllocator().reset_peak_stats(); });
   m.def("_host_reset_accumulated_stats",
         [] { pinnedAllocator().reset_accumulated_stats(); });
   m.def("_host_empty_cache", [] { pinnedAllocator().empty_cache(); });

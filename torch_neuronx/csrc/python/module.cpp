@@ -20,7 +20,7 @@ namespace py = pybind11;
 namespace torch_neuronx {
 void registerBackend();
 void bindHostMemory(py::module_& m);
-}
+}  // namespace torch_neuronx
 
 namespace {
 
