@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
-import importlib.machinery
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -72,9 +71,14 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != self.name:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
+        spec = None
+        for finder in sys.meta_path:  # the finders after this one (editable installs too)
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
         # The module's own loader stays (source, resources); only this spec's
         # loader instance runs the patch after executing the module.
         loader = spec.loader
