@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -431,3 +432,14 @@ def test_resume_from_checkpoint_is_bit_identical(dropout):
         torch.manual_seed(777)
         other = train(model3, opt3, range(4, 10))
         assert not all(same(a, b) for a, b in zip(straight, other, strict=True))
+
+
+def test_gpt_resume_check_example(run_py_many, check):
+    # The example resumes in a fresh interpreter, with dropout on.
+    script = str(Path(__file__).resolve().parents[1] / "examples" / "gpt" / "resume_check.py")
+    args = ["--steps=3", "--more=3", "--n-layer=1", "--n-head=2", "--d-model=32"]
+    args += ["--seq-len=16", "--batch=2", "--dropout=0.2"]
+    (result,) = run_py_many([(script, None, args)])
+    out = check(result)
+    assert "bit-identical: True" in out
+    assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 3
