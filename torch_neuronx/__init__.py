@@ -37,6 +37,11 @@ from . import amp  # noqa: E402
 
 amp._set_default_autocast_dtype()
 
+# Shims for libraries that do not know the device yet (safetensors' device names).
+from . import compat  # noqa: E402
+
+compat.install()
+
 
 def _drain_at_exit() -> None:
     # Queued device work must finish before the interpreter and the C++

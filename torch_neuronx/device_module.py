@@ -18,6 +18,12 @@ from .device import (
     set_device,
     synchronize,
 )
+from .host_memory import (
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
+    reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats,
+)
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -75,6 +81,8 @@ __all__ = [
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
+    "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
     "init",
     "initial_seed",
     "is_available",
@@ -90,7 +98,9 @@ __all__ = [
     "memory_reserved",
     "memory_stats",
     "memory_summary",
+    "reset_accumulated_host_memory_stats",
     "reset_accumulated_memory_stats",
+    "reset_peak_host_memory_stats",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",

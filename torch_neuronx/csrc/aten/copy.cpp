@@ -11,11 +11,26 @@
 #include "aten/device_warnings.h"
 #include "aten/op_args.h"
 #include "core/device.h"
+#include "core/pinned_allocator.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
 namespace {
 
+// The host operand of an asynchronous copy from or to pinned memory. The
+// pinned allocator is told the block is used on `stream` (so it is not
+// reused before the copy has run, as CUDA's CachingHostAllocator does) and
+// the work item gets a non-owning view: the caller's tensor is freed when the
+// caller drops it, not when the stream gets round to the copy. Pinned memory
+// the allocator does not know keeps the tensor itself alive in the item.
+at::Tensor pinnedOperand(const at::Tensor& host, const c10::Stream& stream) {
+  if (!recordPinnedUse(host, stream)) return host;
+  at::Tensor view = at::from_blob(host.data_ptr(), host.sizes(), host.strides(),
+                                  host.options());
+  view._set_conj(host.is_conj());
+  view._set_neg(host.is_neg());
+  return view;
+}
 
 // Runs dst.copy_(src) on CPU aliases inside a work item.
 std::function<void()> copyItem(std::shared_ptr<AliasSet> keep, at::Tensor dst,
@@ -54,10 +69,12 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
   if (isNeuron(self) && src.device().is_cpu()) {
     // Host to device. The host bytes are staged now, so the caller may
     // reuse its tensor as soon as copy_ returns (CUDA's pageable-memory
-    // behaviour); dtype conversion and broadcasting happen on the device.
+    // behaviour) -- except non_blocking from pinned memory, which the item
+    // reads when it runs (as on CUDA, writing to the source before then is
+    // a race). dtype conversion and broadcasting happen on the device.
     c10::DeviceIndex d = self.device().index();
     at::Tensor staged = src.is_pinned() && non_blocking
-                            ? src
+                            ? pinnedOperand(src, currentStream(d))
                             : src.clone(at::MemoryFormat::Preserve);
     launch(d, "copy_host_to_device",
            copyItem(aliases, aliases->alias(self), staged),
@@ -70,11 +87,12 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
     // non_blocking into pinned memory, the caller waits for it (a sync
     // point, like .cpu() on CUDA).
     c10::DeviceIndex d = src.device().index();
+    bool async = non_blocking && self.is_pinned();
+    at::Tensor dst = async ? pinnedOperand(self, currentStream(d)) : self;
     launch(d, "copy_device_to_host",
-           copyItem(aliases, self, aliases->alias(src)),
+           copyItem(aliases, dst, aliases->alias(src)),
            neuron_rt::ItemKind::kCopy);
-    if (!(non_blocking && self.is_pinned()))
-      synchronizeStream(currentStream(d));
+    if (!async) synchronizeStream(currentStream(d));
     return self;
   }
 

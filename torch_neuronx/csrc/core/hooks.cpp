@@ -38,7 +38,7 @@ c10::DeviceIndex Hooks::maybeExchangeDevice(c10::DeviceIndex device) const {
 }
 
 bool Hooks::isPinnedPtr(const void* data) const {
-  return pinnedAllocator().isPinned(data);
+  return torch_neuronx::isPinnedPtr(data);
 }
 
 c10::Allocator* Hooks::getPinnedMemoryAllocator() const {

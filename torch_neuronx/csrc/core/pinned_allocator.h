@@ -1,22 +1,38 @@
 // Pinned (page-locked in a hardware runtime) host memory: the memory
-// `Tensor.pin_memory()` returns. Copies between pinned memory and the device
-// can be asynchronous (`non_blocking=True`); the queued copy keeps its host
-// tensor alive until it has run, so the buffer is never reused early.
+// `Tensor.pin_memory()` returns and `DataLoader(pin_memory=True)` fills.
+//
+// A caching allocator built on torch's generic at::CachingHostAllocatorImpl
+// (the machinery of CUDA's CachingHostAllocator): freed blocks are kept in
+// power-of-two free lists and handed out again. A block that an asynchronous
+// (`non_blocking=True`) copy used is not reused before that copy has run:
+// the copy records its stream on the block (recordPinnedUse), and when the
+// block is freed an event is recorded on each such stream; the block returns
+// to the free list only once those events have completed. Queued copies
+// therefore need not hold the host tensor alive.
+//
+// Registered as the PrivateUse1 host allocator, so
+// torch.accelerator.empty_host_cache() releases the cached blocks;
+// PYTORCH_ALLOC_CONF's pinned_* options apply as they do for CUDA.
 #pragma once
 
-#include <c10/core/Allocator.h>
+#include <ATen/core/CachingHostAllocator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
 
 namespace torch_neuronx {
 
-class PinnedAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t nbytes) override;
-  c10::DeleterFnPtr raw_deleter() const override;
-  void copy_data(void* dest, const void* src, std::size_t count) const override;
-  // True if `ptr` points into a live pinned allocation.
-  bool isPinned(const void* ptr) const;
-};
+// The allocator (a leaked singleton: blocks may be freed during exit).
+at::HostAllocator& pinnedAllocator();
 
-PinnedAllocator& pinnedAllocator();
+// True if `ptr` points into a pinned block (in use or cached).
+bool isPinnedPtr(const void* ptr);
+
+// Marks the pinned block holding `host`'s storage as used by work queued on
+// `stream`; returns false if the storage is not from the pinned allocator
+// (the caller must then keep the tensor alive itself).
+bool recordPinnedUse(const at::Tensor& host, const c10::Stream& stream);
+
+// Registers the allocator as the PrivateUse1 host allocator.
+void registerPinnedAllocator();
 
 }  // namespace torch_neuronx

@@ -1,0 +1,102 @@
+"""Compatibility shims for third-party libraries that do not know the ``neuron`` device.
+
+Each shim names the upstream behaviour it works around, changes nothing for other
+devices, and is applied only when the library is imported (no import cost otherwise).
+
+safetensors
+    The Rust core of ``safetensors`` parses ``device=`` strings against a fixed list
+    (cpu, cuda, mps, npu, xpu, xla, mlu, musa, hpu) and rejects every other device with
+    ``SafetensorError: device neuron is invalid`` — out-of-tree PyTorch devices cannot
+    be named at all (upstream: safetensors/safetensors PR #779, "pluggable
+    device-transfer hook for custom device support", open). The shim makes
+    ``safetensors.torch.load_file`` (and ``load_model``, which calls it) accept
+    ``"neuron"``, ``"neuron:N"`` and ``torch.device("neuron", N)``: the file is read on
+    the CPU (memory-mapped, as safetensors does) and each tensor copied to the device.
+    ``safe_open`` is left alone; it accepts a device *index* (``device=1``), which torch
+    resolves to the current accelerator, ``neuron:1``. Saving needs no shim.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+
+def _neuron_device(device: Any) -> torch.device | None:
+    """``device`` as a neuron torch.device, or None if it names another device."""
+    if isinstance(device, str) and (device == "neuron" or device.startswith("neuron:")):
+        device = torch.device(device)
+    if isinstance(device, torch.device) and device.type == "neuron":
+        index = torch.neuron.current_device() if device.index is None else device.index
+        count = torch.neuron.device_count()
+        if index >= count:
+            raise RuntimeError(
+                f"cannot load tensors onto neuron:{index}: torch.neuron.device_count() is "
+                f"{count}; pass an existing device"
+            )
+        return torch.device("neuron", index)
+    return None
+
+
+def _patch_safetensors_torch(module: ModuleType) -> None:
+    original = module.load_file
+    if getattr(original, "_neuron_shim", False):
+        return
+
+    @functools.wraps(original)
+    def load_file(filename: Any, device: Any = "cpu", **kwargs: Any) -> dict[str, torch.Tensor]:
+        target = _neuron_device(device)
+        if target is None:
+            return original(filename, device=device, **kwargs)
+        tensors = original(filename, device="cpu", **kwargs)
+        return {name: t.to(target) for name, t in tensors.items()}
+
+    load_file._neuron_shim = True  # type: ignore[attr-defined]
+    module.load_file = load_file
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after the module ``name`` is first executed."""
+
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self.patch = patch
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        spec = None
+        for finder in sys.meta_path:  # the finders after this one (editable installs too)
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        # The module's own loader stays (source, resources); only this spec's
+        # loader instance runs the patch after executing the module.
+        loader = spec.loader
+        exec_module = loader.exec_module
+        patch = self.patch
+
+        def exec_and_patch(module: ModuleType) -> None:
+            exec_module(module)
+            patch(module)
+
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Applies the shims (now for libraries already imported, else on their import)."""
+    name = "safetensors.torch"
+    if name in sys.modules:
+        _patch_safetensors_torch(sys.modules[name])
+    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(name, _patch_safetensors_torch))
