@@ -37,9 +37,7 @@ RANDOM_OPS = {
     "uniform_": lambda g=None: torch.empty(64, device=D).uniform_(-1, 1, generator=g),
     "bernoulli_": lambda g=None: torch.empty(64, device=D).bernoulli_(0.5, generator=g),
     "exponential_": lambda g=None: torch.empty(64, device=D).exponential_(generator=g),
-    "multinomial": lambda g=None: torch.multinomial(
-        torch.ones(64, device=D), 16, generator=g
-    ),
+    "multinomial": lambda g=None: torch.multinomial(torch.ones(64, device=D), 16, generator=g),
     "normal": lambda g=None: torch.normal(torch.zeros(64, device=D), 1.0, generator=g),
     "random_": lambda g=None: torch.empty(64, device=D).random_(0, 100, generator=g),
     "geometric_": lambda g=None: torch.empty(64, device=D).geometric_(0.3, generator=g),
