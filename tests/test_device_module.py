@@ -379,3 +379,23 @@ def test_device_usable_after_index_errors():
         torch.empty(1, device=f"neuron:{_too_large()}")
     x = torch.arange(6.0, device="neuron").reshape(2, 3)
     assert (x * x).sum().item() == 55.0
+
+
+def test_accelerator_device_capability_lists_dense_dtypes():
+    cap = torch.accelerator.get_device_capability()
+    dtypes = cap["supported_dtypes"]
+    for dt in (
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+    ):
+        assert dt in dtypes
+        assert torch.zeros(2, dtype=dt, device="neuron").dtype == dt
+    assert torch.qint8 not in dtypes
+    with pytest.raises(IndexError, match="visible neuron device"):
+        torch.accelerator.get_device_capability("neuron:99")

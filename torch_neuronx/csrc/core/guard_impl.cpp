@@ -53,6 +53,18 @@ c10::Stream GuardImpl::exchangeStream(c10::Stream s) const {
   return prev;
 }
 
+c10::DeviceCapability GuardImpl::getDeviceCapability(c10::Device d) const {
+  checkDeviceIndex(d.index() < 0 ? currentDevice() : d.index());
+  // The simulated core computes with the CPU's kernels, so every dense dtype
+  // is supported; quantized tensors cannot be placed on the device.
+  c10::DeviceCapability cap;
+  cap.capability_data.capability_bits &=
+      ~((1ULL << c10::kIndex_QInt8) | (1ULL << c10::kIndex_QUInt8) |
+        (1ULL << c10::kIndex_QInt32) | (1ULL << c10::kIndex_QUInt4x2) |
+        (1ULL << c10::kIndex_QUInt2x4));
+  return cap;
+}
+
 c10::DeviceIndex GuardImpl::deviceCount() const noexcept {
   return torch_neuronx::deviceCount();
 }

@@ -22,6 +22,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream getNewStream(c10::Device d, int priority) const override;
   c10::Stream exchangeStream(c10::Stream s) const override;
   c10::DeviceIndex deviceCount() const noexcept override;
+  // torch.accelerator.get_device_capability(): the dtypes tensors may have.
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override;
 
   void destroyEvent(void* event, c10::DeviceIndex) const noexcept override;
   void record(void** event, const c10::Stream& stream,
