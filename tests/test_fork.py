@@ -117,3 +117,53 @@ def test_fork_after_init_and_spawn(tmp_path, run_py_many, check):
 
 def test_in_bad_fork_flag_is_false_in_a_normal_process():
     assert torch.neuron._is_in_bad_fork() is False
+
+
+DATALOADER_SCRIPT = r"""
+import json
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Squares(Dataset):
+    def __init__(self, touch_device=False):
+        self.touch_device = touch_device
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if self.touch_device:
+            torch.ones(1, device="neuron")  # not allowed in a forked worker
+        return torch.tensor([float(i * i)])
+
+
+if __name__ == "__main__":
+    w = torch.ones(1, device="neuron")  # the parent starts the runtime first
+    total = torch.zeros(1, device="neuron")
+    # Forked workers that only make CPU batches are fine (the usual data loading).
+    for batch in DataLoader(Squares(), batch_size=4, num_workers=2,
+                            multiprocessing_context="fork"):
+        total += batch.to("neuron").sum() * w
+    r = {"total": total.item()}
+    try:
+        list(DataLoader(Squares(touch_device=True), batch_size=4, num_workers=1,
+                        multiprocessing_context="fork", timeout=120))
+        r["worker_error"] = None
+    except RuntimeError as e:
+        r["worker_error"] = str(e)
+    r["parent_still_works"] = (w * 3).tolist()
+    print(json.dumps(r))
+"""
+
+
+def test_dataloader_fork_workers_after_init(tmp_path, run_py, check):
+    script = tmp_path / "loader.py"
+    script.write_text(DATALOADER_SCRIPT)
+    r = json.loads(check(run_py(str(script), timeout=180)).splitlines()[-1])
+    assert r["total"] == float(sum(i * i for i in range(16)))
+    msg = r["worker_error"]
+    assert msg is not None, "a forked worker used the device"
+    assert "DataLoader worker" in msg and "'spawn'" in msg, msg
+    assert r["parent_still_works"] == [3.0]

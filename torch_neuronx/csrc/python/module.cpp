@@ -19,6 +19,7 @@ namespace py = pybind11;
 
 namespace torch_neuronx {
 void registerBackend();
+void bindMemory(py::module& m);
 }
 
 namespace {
@@ -156,4 +157,5 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_trace_enable", [](bool on) { runtime().trace().enable(on); });
   m.def("_trace_drain", &drainTrace);
+  bindMemory(m);
 }
