@@ -196,7 +196,7 @@ def test_memory_summary_has_cudas_layout():
     lines = text.splitlines()
     assert len({len(line) for line in lines}) == 1, "rows of different widths"
     assert all(line.startswith("|") and line.endswith("|") for line in lines)
-    assert "PyTorch neuron memory summary, device ID 0" in text
+    assert "PyTorch neuron memory summary, device neuron:0" in text
     for name in (
         "Allocated memory",
         "Active memory",

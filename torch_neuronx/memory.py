@@ -203,7 +203,7 @@ def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str
     ]
     cols = ("current", "peak", "allocated", "freed")
     lines = ["=" * width]
-    lines.append(f" PyTorch neuron memory summary, device ID {idx}".center(width))
+    lines.append(f" PyTorch neuron memory summary, device neuron:{idx}".center(width))
     lines.append("-" * width)
     ooms = stats.get("num_ooms", 0)
     retries = stats.get("num_alloc_retries", 0)
