@@ -46,6 +46,8 @@ def os_fork():
             ("tensor", lambda: torch.ones(2, device="neuron")),
             ("synchronize", torch.neuron.synchronize),
             ("to", lambda: torch.ones(2).to("neuron")),
+            ("memory_fraction", lambda: torch.neuron.set_per_process_memory_fraction(0.5)),
+            ("mem_get_info", torch.neuron.mem_get_info),
         ]:
             try:
                 f()
@@ -54,6 +56,9 @@ def os_fork():
                 out[name] = str(e)
         out["is_initialized"] = torch.neuron.is_initialized()
         out["device_count"] = torch.neuron.device_count()  # a query, no device use
+        # The parent's allocator state is not the child's: nothing to report.
+        out["allocated"] = torch.neuron.memory_allocated()
+        out["snapshot"] = torch.neuron.memory_snapshot()
         os.write(wfd, json.dumps(out).encode())
         os._exit(0)
     os.close(wfd)
@@ -93,13 +98,14 @@ def test_fork_after_init_and_spawn(tmp_path, run_py_many, check):
 
     child = r["os_fork"]
     assert child["status"] == 0, "the forked child crashed"
-    for use in ("tensor", "synchronize", "to"):
+    for use in ("tensor", "synchronize", "to", "memory_fraction", "mem_get_info"):
         msg = child[use]
         assert msg is not None, f"{use} worked in a child forked after initialisation"
         assert "forked subprocess" in msg, msg
         assert "'spawn'" in msg, msg
     assert child["is_initialized"] is False
     assert child["device_count"] >= 1
+    assert child["allocated"] == 0 and child["snapshot"] == []
 
     mp_fork = r["mp_fork"]
     assert mp_fork.get("error") == "RuntimeError", mp_fork

@@ -10,11 +10,13 @@ from typing import Any
 import torch
 
 from . import _C
-from .device import _DeviceLike, _index
+from .device import _DeviceLike, _index, _lazy_init, is_initialized
 
 
 def _ready() -> bool:
-    return _C._is_initialized()
+    # False in a child forked after the parent started the runtime: what it
+    # inherited is the parent's, as with CUDA.
+    return is_initialized()
 
 
 def memory_stats(device: _DeviceLike = None) -> OrderedDict[str, Any]:
@@ -64,7 +66,7 @@ def empty_cache() -> None:
 def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
     """(free, total) bytes of the device's HBM."""
     idx = _index(device)
-    _C._init()
+    _lazy_init()
     return torch.accelerator.get_memory_info(idx)
 
 
@@ -89,7 +91,7 @@ def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None)
         raise TypeError("Invalid type for fraction argument, must be `float`")
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: (0, 1]")
-    _C._init()
+    _lazy_init()
     _C._set_memory_fraction(fraction, idx)
 
 
@@ -112,6 +114,8 @@ def _snapshot(device: _DeviceLike = None) -> dict[str, Any]:
     """
     if device is not None:
         _check_index(_index(device))
+    if not _ready():
+        return {"segments": [], "device_traces": []}
     return _C._memory_snapshot()
 
 
