@@ -120,11 +120,14 @@ N.set_per_process_memory_fraction(0.25)  # 16 MiB of 64
 r["fraction"] = N.get_per_process_memory_fraction(0)
 r["other_device"] = N.get_per_process_memory_fraction(1)
 a = torch.ones(8 * MIB, dtype=torch.uint8, device="neuron")
+N.memory._record_memory_history()
 try:
     torch.empty(12 * MIB, dtype=torch.uint8, device="neuron")
     r["oom"] = None
 except torch.OutOfMemoryError as e:
     r["oom"] = str(e)
+r["oom_events"] = [e for e in N.memory._snapshot()["device_traces"][0] if e["action"] == "oom"]
+N.memory._record_memory_history(enabled=None)
 r["other_device_ok"] = torch.ones(24 * MIB, dtype=torch.uint8, device="neuron:1").sum().item()
 r["summary_mentions_fraction"] = "fraction: 0.25" in N.memory_summary()
 r["a_sum"] = a.sum().item()  # still usable
@@ -153,6 +156,8 @@ def test_memory_fraction_caps_allocations(run_py, check):
     assert "neuron:0" in msg and "12.00 MiB" in msg  # the device and the request
     assert "set_per_process_memory_fraction(0.25)" in msg  # the limit, as on CUDA
     assert "16.00 MiB allowed" in msg
+    (oom,) = r["oom_events"]  # recorded in the history, as CUDA does
+    assert oom["size"] == 12 * MIB and oom["device_free"] > 0
     assert r["other_device_ok"] == 24 * MIB
     assert r["summary_mentions_fraction"]
     assert r["a_sum"] == 8 * MIB

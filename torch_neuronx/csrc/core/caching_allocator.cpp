@@ -117,11 +117,9 @@ class DeviceCache {
       }
       if (!block) {
         stats_.num_ooms++;
-        recordLocked("oom", nullptr, nbytes, stream, op, ctx);
-        if (!trace_.empty() && trace_.back().action == std::string("oom")) {
-          auto& hbm = runtimeDevice(device_).hbm();
-          trace_.back().device_free = hbm.capacity() - hbm.bytesInUse();
-        }
+        auto& hbm = runtimeDevice(device_).hbm();
+        recordLocked("oom", nullptr, nbytes, stream, op, ctx,
+                     hbm.capacity() - hbm.bytesInUse());
         throwOutOfMemoryLocked(nbytes);
       }
     } else {
@@ -151,7 +149,6 @@ class DeviceCache {
     if (recordingHistory()) ctx = gatherAllocContext();  // without our lock
     {
       std::lock_guard<std::mutex> g(mu_);
-      live_.erase(block->ptr);
       recordLocked("free_requested", block->ptr, block->size, block->stream,
                    block->op, std::move(ctx));
       forEachStat(block->small, [&](int t) {
@@ -160,9 +157,12 @@ class DeviceCache {
         stats_.requested_bytes[t].decrease(block->requested);
       });
       if (block->stream_uses.empty()) {
+        live_.erase(block->ptr);
         releaseBlockLocked(block);
         return;
       }
+      // Stays in live_ until it is in deferred_, so that snapshots always
+      // find it (and its segment).
       uses.swap(block->stream_uses);
     }
     // Used on other streams (record_stream): reusable once each of them has
@@ -175,6 +175,7 @@ class DeviceCache {
       d.events.push_back(std::move(e));
     }
     std::lock_guard<std::mutex> g(mu_);
+    live_.erase(block->ptr);
     deferred_.push_back(std::move(d));
   }
 
@@ -324,14 +325,15 @@ class DeviceCache {
 
   void recordLocked(const char* action, const char* ptr, size_t size,
                     c10::StreamId stream, const char* op,
-                    std::shared_ptr<c10::GatheredContext> ctx) {
+                    std::shared_ptr<c10::GatheredContext> ctx,
+                    uint64_t device_free = 0) {
     if (!recordingHistory()) return;
     size_t cap = historyMaxEntries();
     if (cap == 0) return;
     while (trace_.size() >= cap) trace_.pop_front();
     trace_.push_back(TraceEntry{action, reinterpret_cast<uint64_t>(ptr), size,
                                 static_cast<int64_t>(stream), op,
-                                std::move(ctx), nowUs()});
+                                std::move(ctx), nowUs(), device_free});
   }
 
   void processDeferredLocked() {
