@@ -229,21 +229,42 @@ def test_memory_summary_has_cudas_layout():
     del x
 
 
-def test_non_releasable_memory_is_counted():
-    # Blocks carved from one small segment of a fresh stream: a free block between
-    # live ones keeps the segment from being released.
-    key = "inactive_split.small_pool.current"
-    with N.stream(N.Stream()):
-        base = N.memory_stats()[key]
-        a = torch.empty(1000, device="neuron")
-        b = torch.empty(1000, device="neuron")
-        assert N.memory_stats()[key] == base + 1  # the segment's free tail
-        del a
-        assert N.memory_stats()[key] == base + 2  # ... and a's block before b
-        bytes_split = N.memory_stats()["inactive_split_bytes.small_pool.current"]
-        assert bytes_split >= 4096
-        del b
-        assert N.memory_stats()[key] == base  # all merged back into one free segment
+def _non_releasable_from_snapshot():
+    # Free blocks in segments that also hold other blocks, per pool.
+    out = {"large_pool": [0, 0], "small_pool": [0, 0]}
+    for seg in N.memory_snapshot():
+        if seg["device"] != 0 or len(seg["blocks"]) < 2:
+            continue
+        for b in seg["blocks"]:
+            if b["state"] == "inactive":
+                out[f"{seg['segment_type']}_pool"][0] += 1
+                out[f"{seg['segment_type']}_pool"][1] += b["size"]
+    return out
+
+
+def _check_non_releasable_stats():
+    s = N.memory_stats()
+    for pool, (count, nbytes) in _non_releasable_from_snapshot().items():
+        assert s[f"inactive_split.{pool}.current"] == count, pool
+        assert s[f"inactive_split_bytes.{pool}.current"] == nbytes, pool
+
+
+def test_non_releasable_memory_matches_the_snapshot():
+    # A free block between live ones keeps its segment from being released; the
+    # statistics count exactly the free blocks of split segments.
+    _check_non_releasable_stats()
+    a = torch.empty(1000, device="neuron")
+    b = torch.empty(1000, device="neuron")
+    big = torch.empty(3 * MIB, dtype=torch.uint8, device="neuron")
+    _check_non_releasable_stats()
+    pa = a.data_ptr()
+    del a
+    _check_non_releasable_stats()
+    _, blk = _block_at(pa)
+    assert blk["state"] == "inactive"
+    assert N.memory_stats()["inactive_split.small_pool.current"] >= 1
+    del b, big
+    _check_non_releasable_stats()
 
 
 # --- snapshots ----------------------------------------------------------------------
