@@ -81,9 +81,12 @@ class DeviceCache {
   explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
 
   Block* allocate(size_t nbytes, c10::StreamId stream) {
-    const char* op = currentAllocLabel();
+    const char* op = nullptr;
     std::shared_ptr<c10::GatheredContext> ctx;
-    if (recordingHistory()) ctx = gatherAllocContext();  // without our lock
+    if (recordingHistory()) {
+      op = currentAllocLabel();
+      ctx = gatherAllocContext();  // without our lock
+    }
     std::unique_lock<std::mutex> lk(mu_);
     processDeferredLocked();
     size_t size = roundSize(nbytes);
