@@ -93,6 +93,7 @@ class DeviceCache {
     bool small = size <= kSmallSize;
     auto& pool = small ? small_free_ : large_free_;
     Block* block = findFreeLocked(pool, size, stream);
+    bool from_pool = false;
     if (!block) {
       size_t seg_size =
           small ? kSmallSegment
@@ -110,7 +111,7 @@ class DeviceCache {
         block = findFreeLocked(pool, size, stream);
         if (block) {
           pool.erase(block);
-          if (isSplit(block)) noteInactiveSplitLocked(block, -1);
+          from_pool = true;
         } else {
           releaseCachedLocked();
           block = newSegmentLocked(seg_size, stream, small);
@@ -127,9 +128,17 @@ class DeviceCache {
       }
     } else {
       pool.erase(block);
-      if (isSplit(block)) noteInactiveSplitLocked(block, -1);
+      from_pool = true;
     }
+    // Non-releasable accounting, one net update as CUDA does: a split block
+    // taken from the pool leaves it; the remainder split off enters it.
+    const size_t taken = block->size;
+    const bool was_split = from_pool && isSplit(block);
     block = splitLocked(block, size, pool);
+    const size_t rest = taken - block->size;
+    applyInactiveSplitLocked(block->small, (rest ? 1 : 0) - (was_split ? 1 : 0),
+                             static_cast<int64_t>(rest) -
+                                 (was_split ? static_cast<int64_t>(taken) : 0));
     block->allocated = true;
     block->requested = nbytes;
     block->op = op;
@@ -277,7 +286,6 @@ class DeviceCache {
     if (rest->next) rest->next->prev = rest;
     block->next = rest;
     block->size = size;
-    noteInactiveSplitLocked(rest, +1);
     pool.insert(rest);
     return block;
   }
@@ -295,10 +303,12 @@ class DeviceCache {
       stats_.active[t].decrease(1);
       stats_.active_bytes[t].decrease(block->size);
     });
+    int64_t split_blocks = 0, split_bytes = 0;
     for (Block* nb : {block->prev, block->next}) {
       if (!nb || nb->allocated || pool.count(nb) == 0) continue;
       pool.erase(nb);
-      noteInactiveSplitLocked(nb, -1);
+      split_blocks -= 1;  // a free neighbour always belongs to a split segment
+      split_bytes -= static_cast<int64_t>(nb->size);
       if (nb == block->prev) {
         block->ptr = nb->ptr;
         block->prev = nb->prev;
@@ -310,19 +320,22 @@ class DeviceCache {
       block->size += nb->size;
       delete nb;
     }
-    if (isSplit(block)) noteInactiveSplitLocked(block, +1);
+    if (isSplit(block)) {
+      split_blocks += 1;
+      split_bytes += static_cast<int64_t>(block->size);
+    }
+    applyInactiveSplitLocked(block->small, split_blocks, split_bytes);
     pool.insert(block);
   }
 
-  void noteInactiveSplitLocked(const Block* b, int sign) {
-    forEachStat(b->small, [&](int t) {
-      if (sign > 0) {
-        stats_.inactive_split[t].increase(1);
-        stats_.inactive_split_bytes[t].increase(b->size);
-      } else {
-        stats_.inactive_split[t].decrease(1);
-        stats_.inactive_split_bytes[t].decrease(b->size);
-      }
+  // Free blocks of split segments (CUDA's "non-releasable" memory).
+  void applyInactiveSplitLocked(bool small, int64_t blocks, int64_t bytes) {
+    if (blocks == 0 && bytes == 0) return;
+    forEachStat(small, [&](int t) {
+      if (blocks > 0) stats_.inactive_split[t].increase(blocks);
+      if (blocks < 0) stats_.inactive_split[t].decrease(-blocks);
+      if (bytes > 0) stats_.inactive_split_bytes[t].increase(bytes);
+      if (bytes < 0) stats_.inactive_split_bytes[t].decrease(-bytes);
     });
   }
 
