@@ -84,20 +84,23 @@ import torch
 import torch.multiprocessing as mp
 
 
-def worker(rank, q):
+def worker(rank, q, done):
     torch.neuron.set_device(rank)
     x = torch.arange(12.0, device="neuron").reshape(3, 4) + rank
     w = torch.full((4, 2), float(rank + 1), device=f"neuron:{rank}")
     y = torch.relu(x @ w - 10)
     q.put((rank, str(y.device), torch.neuron.current_device(), y.cpu()))
+    # A CPU tensor travels as a shared-memory fd that the sender must keep
+    # until the receiver has it (torch.multiprocessing's rule).
+    done.wait(timeout=120)
 
 
 if __name__ == "__main__":
     # The parent uses the device first: spawned children start their own runtime.
     torch.ones(2, device="neuron").sum().item()
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    pc = mp.spawn(worker, args=(q,), nprocs=2, join=False)
+    q, done = ctx.Queue(), ctx.Event()
+    pc = mp.spawn(worker, args=(q, done), nprocs=2, join=False)
     got = {}
     for _ in range(2):
         rank, dev, cur, y = q.get(timeout=120)
@@ -109,6 +112,7 @@ if __name__ == "__main__":
             "is_cpu": y.device.type == "cpu",
             "match": torch.equal(y, torch.relu(x @ w - 10)),
         }
+    done.set()
     while not pc.join(timeout=120):
         pass
     print(json.dumps({"results": got, "exitcodes": [p.exitcode for p in pc.processes]}))

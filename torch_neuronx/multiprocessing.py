@@ -65,7 +65,7 @@ def _reduce_storage(storage: torch.UntypedStorage) -> tuple:
 
 
 def _reduce_typed_storage(storage: torch.TypedStorage) -> tuple:
-    if _is_neuron(storage):
+    if _is_neuron(storage._untyped_storage):  # .device would warn (deprecated)
         return _refuse("storage")
     return _torch_reductions.reduce_typed_storage(storage)
 
