@@ -46,6 +46,8 @@ def os_fork():
             ("tensor", lambda: torch.ones(2, device="neuron")),
             ("synchronize", torch.neuron.synchronize),
             ("to", lambda: torch.ones(2).to("neuron")),
+            ("memory_fraction", lambda: torch.neuron.set_per_process_memory_fraction(0.5)),
+            ("mem_get_info", torch.neuron.mem_get_info),
         ]:
             try:
                 f()
@@ -54,6 +56,9 @@ def os_fork():
                 out[name] = str(e)
         out["is_initialized"] = torch.neuron.is_initialized()
         out["device_count"] = torch.neuron.device_count()  # a query, no device use
+        # The parent's allocator state is not the child's: nothing to report.
+        out["allocated"] = torch.neuron.memory_allocated()
+        out["snapshot"] = torch.neuron.memory_snapshot()
         os.write(wfd, json.dumps(out).encode())
         os._exit(0)
     os.close(wfd)
@@ -93,13 +98,14 @@ def test_fork_after_init_and_spawn(tmp_path, run_py_many, check):
 
     child = r["os_fork"]
     assert child["status"] == 0, "the forked child crashed"
-    for use in ("tensor", "synchronize", "to"):
+    for use in ("tensor", "synchronize", "to", "memory_fraction", "mem_get_info"):
         msg = child[use]
         assert msg is not None, f"{use} worked in a child forked after initialisation"
         assert "forked subprocess" in msg, msg
         assert "'spawn'" in msg, msg
     assert child["is_initialized"] is False
     assert child["device_count"] >= 1
+    assert child["allocated"] == 0 and child["snapshot"] == []
 
     mp_fork = r["mp_fork"]
     assert mp_fork.get("error") == "RuntimeError", mp_fork
@@ -117,3 +123,53 @@ def test_fork_after_init_and_spawn(tmp_path, run_py_many, check):
 
 def test_in_bad_fork_flag_is_false_in_a_normal_process():
     assert torch.neuron._is_in_bad_fork() is False
+
+
+DATALOADER_SCRIPT = r"""
+import json
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Squares(Dataset):
+    def __init__(self, touch_device=False):
+        self.touch_device = touch_device
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if self.touch_device:
+            torch.ones(1, device="neuron")  # not allowed in a forked worker
+        return torch.tensor([float(i * i)])
+
+
+if __name__ == "__main__":
+    w = torch.ones(1, device="neuron")  # the parent starts the runtime first
+    total = torch.zeros(1, device="neuron")
+    # Forked workers that only make CPU batches are fine (the usual data loading).
+    for batch in DataLoader(Squares(), batch_size=4, num_workers=2,
+                            multiprocessing_context="fork"):
+        total += batch.to("neuron").sum() * w
+    r = {"total": total.item()}
+    try:
+        list(DataLoader(Squares(touch_device=True), batch_size=4, num_workers=1,
+                        multiprocessing_context="fork", timeout=120))
+        r["worker_error"] = None
+    except RuntimeError as e:
+        r["worker_error"] = str(e)
+    r["parent_still_works"] = (w * 3).tolist()
+    print(json.dumps(r))
+"""
+
+
+def test_dataloader_fork_workers_after_init(tmp_path, run_py, check):
+    script = tmp_path / "loader.py"
+    script.write_text(DATALOADER_SCRIPT)
+    r = json.loads(check(run_py(str(script), timeout=180)).splitlines()[-1])
+    assert r["total"] == float(sum(i * i for i in range(16)))
+    msg = r["worker_error"]
+    assert msg is not None, "a forked worker used the device"
+    assert "DataLoader worker" in msg and "'spawn'" in msg, msg
+    assert r["parent_still_works"] == [3.0]

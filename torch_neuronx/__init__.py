@@ -29,6 +29,12 @@ from .device_module import __all__ as _device_api  # noqa: E402
 from .op_stats import clear_op_stats, get_executed_ops, get_fallback_ops  # noqa: E402
 
 torch._register_device_module("neuron", device_module)
+
+# Sending a neuron tensor to another process raises a clear error (after
+# torch.multiprocessing, imported by torch, registered its own reducers).
+from .multiprocessing import register_reducers  # noqa: E402
+
+register_reducers()
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )

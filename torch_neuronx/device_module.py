@@ -1,5 +1,6 @@
 """The ``torch.neuron`` module: the device API, gathered from its parts."""
 
+from . import memory  # noqa: F401  (torch.neuron.memory._snapshot, as torch.cuda.memory)
 from .device import (
     NeuronDeviceProperties,
     _lazy_init,  # noqa: F401  (torch looks for it on device modules)
@@ -25,16 +26,22 @@ from .host_memory import (
     reset_peak_host_memory_stats,
 )
 from .memory import (
+    _dump_snapshot,  # noqa: F401
+    _record_memory_history,  # noqa: F401
+    _snapshot,  # noqa: F401
     empty_cache,
+    get_per_process_memory_fraction,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
     memory_allocated,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
     memory_summary,
     reset_accumulated_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
 )
 from .random import (
     get_rng_state,
@@ -79,6 +86,7 @@ __all__ = [
     "get_device_capability",
     "get_device_name",
     "get_device_properties",
+    "get_per_process_memory_fraction",
     "get_rng_state",
     "get_rng_state_all",
     "host_memory_stats",
@@ -96,6 +104,7 @@ __all__ = [
     "mem_get_info",
     "memory_allocated",
     "memory_reserved",
+    "memory_snapshot",
     "memory_stats",
     "memory_summary",
     "reset_accumulated_host_memory_stats",
@@ -105,6 +114,7 @@ __all__ = [
     "seed",
     "seed_all",
     "set_device",
+    "set_per_process_memory_fraction",
     "set_rng_state",
     "set_rng_state_all",
     "set_stream",

@@ -21,6 +21,7 @@
 #include "aten/op_stats.h"
 #include "core/device.h"
 #include "core/generator.h"
+#include "core/memory_history.h"
 #include "core/storage.h"
 #include "core/stream.h"
 
@@ -315,6 +316,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
                       torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   OpTraits& traits = traitsFor(op);
+  AllocLabel label(traits.name.c_str());  // tags the blocks for snapshots
   const size_t nargs = schema.arguments().size();
   std::vector<IValue> args(stack->end() - nargs, stack->end());
 

@@ -27,6 +27,7 @@
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
+#include "core/memory_history.h"
 #include "core/storage.h"
 #include "core/stream.h"
 
@@ -266,6 +267,7 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
   static Ret call(Args... args) {
     static std::atomic<uint32_t> noted{0};
     noteExecutedOnce(Name, noted);
+    AllocLabel label(Name);  // tags the output blocks for snapshots
     DeviceCheck dc;
     (ArgOf<Args>::check(dc, args), ...);
     c10::DeviceIndex device = dc.finish();

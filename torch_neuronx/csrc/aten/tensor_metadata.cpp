@@ -6,6 +6,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/device.h"
+#include "core/memory_history.h"
 #include "core/storage.h"
 
 namespace torch_neuronx {
@@ -41,6 +42,7 @@ at::Tensor emptyMemoryFormat(c10::IntArrayRef size,
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron supports only strided tensors, got layout ", *layout);
   checkNotPinned(pin_memory);
+  AllocLabel label("aten::empty");
   return emptyContiguous(
       size, dtype.value_or(c10::get_default_dtype_as_scalartype()),
       indexOf(device), memory_format.value_or(c10::MemoryFormat::Contiguous));
@@ -57,6 +59,7 @@ at::Tensor emptyStridedOp(c10::IntArrayRef size, c10::IntArrayRef stride,
   for (int64_t s : size)
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s,
                 ": ", size);
+  AllocLabel label("aten::empty_strided");
   return emptyStrided(size, stride,
                       dtype.value_or(c10::get_default_dtype_as_scalartype()),
                       indexOf(device));

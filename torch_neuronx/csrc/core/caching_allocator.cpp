@@ -4,14 +4,19 @@
 #include <neuron_runtime/event.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/device.h"
+#include "core/memory_history.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
@@ -44,7 +49,19 @@ struct Block {
   Block* prev = nullptr;  // neighbours in the same segment
   Block* next = nullptr;
   std::vector<c10::StreamId> stream_uses;  // other streams (record_stream)
+  const char* op = nullptr;                // what allocated it (snapshots)
+  std::shared_ptr<c10::GatheredContext> context;  // only while recording
 };
+
+// Part of a segment whose other parts are in use: free, but the segment
+// cannot go back to the runtime (CUDA's "non-releasable" memory).
+bool isSplit(const Block* b) { return b->prev || b->next; }
+
+int64_t nowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const {
@@ -64,12 +81,19 @@ class DeviceCache {
   explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
 
   Block* allocate(size_t nbytes, c10::StreamId stream) {
+    const char* op = nullptr;
+    std::shared_ptr<c10::GatheredContext> ctx;
+    if (recordingHistory()) {
+      op = currentAllocLabel();
+      ctx = gatherAllocContext();  // without our lock
+    }
     std::unique_lock<std::mutex> lk(mu_);
     processDeferredLocked();
     size_t size = roundSize(nbytes);
     bool small = size <= kSmallSize;
     auto& pool = small ? small_free_ : large_free_;
     Block* block = findFreeLocked(pool, size, stream);
+    bool from_pool = false;
     if (!block) {
       size_t seg_size =
           small ? kSmallSegment
@@ -87,6 +111,7 @@ class DeviceCache {
         block = findFreeLocked(pool, size, stream);
         if (block) {
           pool.erase(block);
+          from_pool = true;
         } else {
           releaseCachedLocked();
           block = newSegmentLocked(seg_size, stream, small);
@@ -96,15 +121,30 @@ class DeviceCache {
       }
       if (!block) {
         stats_.num_ooms++;
+        auto& hbm = runtimeDevice(device_).hbm();
+        recordLocked("oom", nullptr, nbytes, stream, op, ctx,
+                     hbm.capacity() - hbm.bytesInUse());
         throwOutOfMemoryLocked(nbytes);
       }
     } else {
       pool.erase(block);
+      from_pool = true;
     }
+    // Non-releasable accounting, one net update as CUDA does: a split block
+    // taken from the pool leaves it; the remainder split off enters it.
+    const size_t taken = block->size;
+    const bool was_split = from_pool && isSplit(block);
     block = splitLocked(block, size, pool);
+    const size_t rest = taken - block->size;
+    applyInactiveSplitLocked(block->small, (rest ? 1 : 0) - (was_split ? 1 : 0),
+                             static_cast<int64_t>(rest) -
+                                 (was_split ? static_cast<int64_t>(taken) : 0));
     block->allocated = true;
     block->requested = nbytes;
+    block->op = op;
+    block->context = ctx;
     live_[block->ptr] = block;
+    recordLocked("alloc", block->ptr, block->size, stream, op, std::move(ctx));
     forEachStat(block->small, [&](int t) {
       stats_.allocation[t].increase(1);
       stats_.allocated_bytes[t].increase(block->size);
@@ -117,18 +157,24 @@ class DeviceCache {
 
   void free(Block* block) {
     std::vector<c10::StreamId> uses;
+    std::shared_ptr<c10::GatheredContext> ctx;
+    if (recordingHistory()) ctx = gatherAllocContext();  // without our lock
     {
       std::lock_guard<std::mutex> g(mu_);
-      live_.erase(block->ptr);
+      recordLocked("free_requested", block->ptr, block->size, block->stream,
+                   block->op, std::move(ctx));
       forEachStat(block->small, [&](int t) {
         stats_.allocation[t].decrease(1);
         stats_.allocated_bytes[t].decrease(block->size);
         stats_.requested_bytes[t].decrease(block->requested);
       });
       if (block->stream_uses.empty()) {
+        live_.erase(block->ptr);
         releaseBlockLocked(block);
         return;
       }
+      // Stays in live_ until it is in deferred_, so that snapshots always
+      // find it (and its segment).
       uses.swap(block->stream_uses);
     }
     // Used on other streams (record_stream): reusable once each of them has
@@ -141,6 +187,7 @@ class DeviceCache {
       d.events.push_back(std::move(e));
     }
     std::lock_guard<std::mutex> g(mu_);
+    live_.erase(block->ptr);
     deferred_.push_back(std::move(d));
   }
 
@@ -210,9 +257,12 @@ class DeviceCache {
   }
 
   Block* newSegmentLocked(size_t seg_size, c10::StreamId stream, bool small) {
+    if (seg_size > limit_ || reserved_ > limit_ - seg_size) return nullptr;
     void* p = nullptr;
     auto& hbm = runtimeDevice(device_).hbm();
     if (hbm.allocate(seg_size, &p) != neuron_rt::Status::kOk) return nullptr;
+    recordLocked("segment_alloc", static_cast<char*>(p), seg_size, stream,
+                 currentAllocLabel(), nullptr);
     stats_.num_device_alloc++;
     forEachStat(small, [&](int t) {
       stats_.segment[t].increase(1);
@@ -245,13 +295,20 @@ class DeviceCache {
   void releaseBlockLocked(Block* block) {
     auto& pool = block->small ? small_free_ : large_free_;
     block->allocated = false;
+    block->context.reset();
+    recordLocked("free_completed", block->ptr, block->size, block->stream,
+                 block->op, nullptr);
+    block->op = nullptr;
     forEachStat(block->small, [&](int t) {
       stats_.active[t].decrease(1);
       stats_.active_bytes[t].decrease(block->size);
     });
+    int64_t split_blocks = 0, split_bytes = 0;
     for (Block* nb : {block->prev, block->next}) {
       if (!nb || nb->allocated || pool.count(nb) == 0) continue;
       pool.erase(nb);
+      split_blocks -= 1;  // a free neighbour always belongs to a split segment
+      split_bytes -= static_cast<int64_t>(nb->size);
       if (nb == block->prev) {
         block->ptr = nb->ptr;
         block->prev = nb->prev;
@@ -263,7 +320,36 @@ class DeviceCache {
       block->size += nb->size;
       delete nb;
     }
+    if (isSplit(block)) {
+      split_blocks += 1;
+      split_bytes += static_cast<int64_t>(block->size);
+    }
+    applyInactiveSplitLocked(block->small, split_blocks, split_bytes);
     pool.insert(block);
+  }
+
+  // Free blocks of split segments (CUDA's "non-releasable" memory).
+  void applyInactiveSplitLocked(bool small, int64_t blocks, int64_t bytes) {
+    if (blocks == 0 && bytes == 0) return;
+    forEachStat(small, [&](int t) {
+      if (blocks > 0) stats_.inactive_split[t].increase(blocks);
+      if (blocks < 0) stats_.inactive_split[t].decrease(-blocks);
+      if (bytes > 0) stats_.inactive_split_bytes[t].increase(bytes);
+      if (bytes < 0) stats_.inactive_split_bytes[t].decrease(-bytes);
+    });
+  }
+
+  void recordLocked(const char* action, const char* ptr, size_t size,
+                    c10::StreamId stream, const char* op,
+                    std::shared_ptr<c10::GatheredContext> ctx,
+                    uint64_t device_free = 0) {
+    if (!recordingHistory()) return;
+    size_t cap = historyMaxEntries();
+    if (cap == 0) return;
+    while (trace_.size() >= cap) trace_.pop_front();
+    trace_.push_back(TraceEntry{action, reinterpret_cast<uint64_t>(ptr), size,
+                                static_cast<int64_t>(stream), op,
+                                std::move(ctx), nowUs(), device_free});
   }
 
   void processDeferredLocked() {
@@ -291,6 +377,8 @@ class DeviceCache {
           continue;
         }
         it = pool->erase(it);
+        recordLocked("segment_free", b->ptr, b->size, b->stream, nullptr,
+                     nullptr);
         hbm.free(b->ptr);
         stats_.num_device_free++;
         reserved_ -= b->size;
@@ -310,20 +398,98 @@ class DeviceCache {
     uint64_t allocated = static_cast<uint64_t>(
         stats_.allocated_bytes[static_cast<int>(StatType::AGGREGATE)].current);
     uint64_t reserved_unused = reserved_ - allocated;
+    std::string limit_info, advice =
+                                "raise the per-core capacity with "
+                                "TORCH_NEURONX_HBM_BYTES_PER_CORE.";
+    if (limit_ != std::numeric_limits<uint64_t>::max()) {
+      // As CUDA's message: the cap, not the device, may be what ran out.
+      limit_info =
+          " This process has a memory limit of " + formatBytes(limit_) +
+          " (torch.neuron.set_per_process_memory_fraction(" +
+          c10::str(fraction_) + ")): " + formatBytes(limit_) + " allowed;";
+      advice = "raise the per-process memory fraction limit.";
+    }
     TORCH_CHECK_WITH(
         OutOfMemoryError, false, "neuron out of memory. Tried to allocate ",
         formatBytes(nbytes), " on neuron:", static_cast<int>(device_),
         ". neuron:", static_cast<int>(device_), " has a total capacity of ",
         formatBytes(capacity), " of which ", formatBytes(free_bytes),
-        " is free. Of the allocated memory ", formatBytes(allocated),
-        " is allocated by PyTorch, and ", formatBytes(reserved_unused),
+        " is free.", limit_info, " Of the allocated memory ",
+        formatBytes(allocated), " is allocated by PyTorch, and ",
+        formatBytes(reserved_unused),
         " is reserved by PyTorch but unallocated. Free tensors you no longer "
-        "need and call torch.neuron.empty_cache(), or raise the per-core "
-        "capacity with TORCH_NEURONX_HBM_BYTES_PER_CORE.");
+        "need and call torch.neuron.empty_cache(), or ",
+        advice);
   }
 
  public:
   uint64_t reserved() const { return reserved_; }
+
+  void setFraction(double fraction) {
+    uint64_t capacity = runtimeDevice(device_).hbm().capacity();
+    std::lock_guard<std::mutex> g(mu_);
+    fraction_ = fraction;
+    limit_ = fraction >= 1.0 ? std::numeric_limits<uint64_t>::max()
+                             : static_cast<uint64_t>(fraction * capacity);
+  }
+  double fraction() {
+    std::lock_guard<std::mutex> g(mu_);
+    return fraction_;
+  }
+
+  std::vector<SegmentSnapshot> snapshot() {
+    std::lock_guard<std::mutex> g(mu_);
+    std::unordered_set<const Block*> pending;
+    for (const DeferredFree& d : deferred_) pending.insert(d.block);
+    std::vector<Block*> heads;
+    auto consider = [&](Block* b) {
+      if (!b->prev) heads.push_back(b);
+    };
+    for (auto& kv : live_) consider(kv.second);
+    for (Block* b : small_free_) consider(b);
+    for (Block* b : large_free_) consider(b);
+    for (const DeferredFree& d : deferred_) consider(d.block);
+    std::sort(heads.begin(), heads.end(),
+              [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
+    std::vector<SegmentSnapshot> out;
+    for (Block* head : heads) {
+      SegmentSnapshot seg{static_cast<int>(device_),
+                          reinterpret_cast<uint64_t>(head->ptr),
+                          0,
+                          0,
+                          0,
+                          0,
+                          static_cast<int64_t>(head->stream),
+                          head->small,
+                          {}};
+      for (Block* b = head; b; b = b->next) {
+        bool held = pending.count(b) > 0;  // freed, other streams pending
+        const char* state = held           ? "active_pending_free"
+                            : b->allocated ? "active_allocated"
+                                           : "inactive";
+        seg.total_size += b->size;
+        if (b->allocated && !held) {
+          seg.allocated_size += b->size;
+          seg.requested_size += b->requested;
+        }
+        if (b->allocated) seg.active_size += b->size;
+        seg.blocks.push_back(BlockSnapshot{
+            reinterpret_cast<uint64_t>(b->ptr), b->size,
+            b->allocated ? b->requested : 0, state, b->op, b->context});
+      }
+      out.push_back(std::move(seg));
+    }
+    return out;
+  }
+
+  std::vector<TraceEntry> trace() {
+    std::lock_guard<std::mutex> g(mu_);
+    return {trace_.begin(), trace_.end()};
+  }
+  void clearTrace() {
+    std::lock_guard<std::mutex> g(mu_);
+    trace_.clear();
+  }
 
  private:
   c10::DeviceIndex device_;
@@ -334,6 +500,10 @@ class DeviceCache {
   std::vector<DeferredFree> deferred_;
   DeviceStats stats_;
   uint64_t reserved_ = 0;
+  // Per-process cap on reserved_ (set_per_process_memory_fraction).
+  uint64_t limit_ = std::numeric_limits<uint64_t>::max();
+  double fraction_ = 1.0;
+  std::deque<TraceEntry> trace_;
 };
 
 std::mutex g_caches_mu;
@@ -432,6 +602,45 @@ std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(
     c10::DeviceIndex device) {
   auto& hbm = runtimeDevice(device).hbm();
   return {hbm.capacity() - hbm.bytesInUse(), hbm.capacity()};
+}
+
+void CachingAllocator::setMemoryFraction(double fraction,
+                                         c10::DeviceIndex device) {
+  TORCH_CHECK_VALUE(fraction > 0.0 && fraction <= 1.0,
+                    "Invalid fraction value: ", fraction,
+                    ". Allowed range: (0, 1]");
+  cacheFor(device).setFraction(fraction);
+}
+
+double CachingAllocator::getMemoryFraction(c10::DeviceIndex device) {
+  return cacheFor(device).fraction();
+}
+
+std::vector<SegmentSnapshot> CachingAllocator::snapshot() {
+  std::vector<DeviceCache*> caches;
+  {
+    std::lock_guard<std::mutex> g(g_caches_mu);
+    for (auto& c : g_caches)
+      if (c) caches.push_back(c.get());
+  }
+  std::vector<SegmentSnapshot> out;
+  for (DeviceCache* c : caches) {
+    auto segs = c->snapshot();
+    std::move(segs.begin(), segs.end(), std::back_inserter(out));
+  }
+  return out;
+}
+
+std::vector<TraceEntry> CachingAllocator::trace(c10::DeviceIndex device) {
+  return cacheFor(device).trace();
+}
+
+void CachingAllocator::recordHistory(bool enabled, bool python_stacks,
+                                     size_t max_entries) {
+  setRecordHistory(enabled, python_stacks, max_entries);
+  std::lock_guard<std::mutex> g(g_caches_mu);
+  for (auto& c : g_caches)
+    if (c) c->clearTrace();
 }
 
 CachingAllocator& cachingAllocator() {

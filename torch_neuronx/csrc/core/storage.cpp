@@ -10,6 +10,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/device.h"
+#include "core/memory_history.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
@@ -48,6 +49,7 @@ void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
               "Trying to resize storage that is not resizable");
   size_t old_nbytes = storage->nbytes();
   if (nbytes == old_nbytes) return;
+  AllocLabel label("storage_resize");
   c10::DeviceIndex device = storage->device().index();
   c10::DataPtr fresh = cachingAllocator().allocateOn(device, nbytes);
   size_t keep = std::min(old_nbytes, nbytes);
@@ -62,9 +64,13 @@ void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
         [old, dst, keep] { std::memcpy(dst, old->get(), keep); },
         neuron_rt::ItemKind::kCopy);
   } else if (old->get()) {
-    // Free the old block in stream order: earlier work may still read it.
-    launch(
-        device, "storage_free", [old] {}, neuron_rt::ItemKind::kCopy);
+    // Freed now, as on CUDA (FSDP2 relies on resize_(0) lowering
+    // memory_allocated at once). Reuse is stream-ordered: the block's own
+    // stream runs its earlier readers before any later user; if the current
+    // stream is another one, the allocator holds the block back until that
+    // stream has passed this point.
+    cachingAllocator().recordStream(*old, currentStream(device));
+    old.reset();
   }
 }
 

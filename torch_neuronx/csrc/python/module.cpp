@@ -20,6 +20,7 @@ namespace py = pybind11;
 namespace torch_neuronx {
 void registerBackend();
 void bindHostMemory(py::module_& m);
+void bindMemory(py::module_& m);
 }  // namespace torch_neuronx
 
 namespace {
@@ -158,4 +159,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_trace_enable", [](bool on) { runtime().trace().enable(on); });
   m.def("_trace_drain", &drainTrace);
   bindHostMemory(m);
+  bindMemory(m);
 }
