@@ -17,10 +17,10 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
-#include "aten/tensor_mirror.h"
-
 #include <utility>
 #include <vector>
+
+#include "aten/tensor_mirror.h"
 
 namespace torch_neuronx {
 

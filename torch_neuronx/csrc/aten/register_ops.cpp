@@ -26,8 +26,8 @@ namespace {
 bool hasCompatibleShallowCopyType(const at::Tensor& self,
                                   const at::Tensor& from) {
   auto plain = [](const at::Tensor& t) {
-    return t.layout() == c10::kStrided && !t.is_quantized() &&
-           !t.is_nested() && (t.is_cpu() || t.is_privateuseone());
+    return t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested() &&
+           (t.is_cpu() || t.is_privateuseone());
   };
   if (plain(self) && plain(from)) return true;
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(
