@@ -14,6 +14,7 @@
 #include "aten/copy.h"
 #include "aten/device_op.h"
 #include "aten/dropout.h"
+#include "aten/layer_norm.h"
 #include "aten/tensor_metadata.h"
 
 namespace torch_neuronx {
@@ -57,8 +58,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   constexpr auto generic = &deviceOpFallback;
   for (const char* op :
        {"addr", "addr.out", "all.dims_out", "any.dims_out", "native_group_norm",
-        "native_layer_norm", "narrow_copy", "pixel_shuffle", "pixel_unshuffle",
-        "_stack", "_stack.out", "linalg__powsum"})
+        "narrow_copy", "pixel_shuffle", "pixel_unshuffle", "_stack",
+        "_stack.out", "linalg__powsum"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<generic>());
   m.impl("convolution_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&convolutionOverrideable>());
@@ -67,6 +68,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
              &convolutionBackwardOverrideable>());
   // Random ops with no generator argument: they draw from the neuron one.
   m.impl("native_dropout", TORCH_FN(nativeDropout));
+  // ATen's CPU layer-norm kernels straight into device memory.
+#if TORCH_NEURONX_HAS_CPU_STUBS
+  m.impl("native_layer_norm", TORCH_FN(nativeLayerNorm));
+  m.impl("native_layer_norm_backward", TORCH_FN(nativeLayerNormBackward));
+#else
+  m.impl("native_layer_norm",
+         torch::CppFunction::makeFromBoxedFunction<generic>());
+#endif
   // Factories and metadata.
   m.impl("empty.memory_format", TORCH_FN(emptyMemoryFormat));
   m.impl("empty_strided", TORCH_FN(emptyStridedOp));
