@@ -45,8 +45,10 @@ def make_cases(device: torch.device) -> dict[str, Callable[[], torch.Tensor]]:
     m2 = torch.randn(64, 64, device=device)
     x = torch.randn(16, device=device)
     y = torch.randn(4, 4, device=device)
+    out = torch.empty(16, device=device)
     return {
         "add (16 f32)": lambda: a + b,
+        "add out= (16 f32)": lambda: torch.add(a, b, out=out),
         "matmul (64x64 f32)": lambda: m1 @ m2,
         "view(4,4) + add": lambda: x.view(4, 4) + y,
     }

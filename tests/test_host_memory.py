@@ -89,18 +89,22 @@ def test_recycled_buffers_under_a_stream_of_uploads(busy_fn):
     # What a data loader does: pin, upload asynchronously, drop, repeat.
     busy_fn(6)
     outs = []
+    blocks = set()
     for i in range(24):
         h = torch.full((NUMEL,), float(i)).pin_memory()
+        blocks.add(h.data_ptr())
         outs.append(h.to("neuron", non_blocking=True))
         del h
     got = torch.stack(outs).cpu()
     expected = torch.arange(24.0)[:, None].expand(24, NUMEL)
     assert torch.equal(got, expected)
-    # Once the copies have run, the blocks serve new requests without new host memory.
+    # Once the copies have run, the blocks serve new requests without new host
+    # memory. (On a loaded machine the stream may catch up during the loop, so
+    # blocks are already reused there: fewer than 24 exist.)
     allocs = N.host_memory_stats()["num_host_alloc"]
     keep = [torch.empty(NUMEL).pin_memory() for _ in range(24)]
-    assert N.host_memory_stats()["num_host_alloc"] == allocs
-    assert len({k.data_ptr() for k in keep}) == 24
+    assert N.host_memory_stats()["num_host_alloc"] - allocs <= 24 - len(blocks)
+    assert len({k.data_ptr() for k in keep}) == 24  # all alive at once
 
 
 def test_non_blocking_copies_are_asynchronous_both_ways(busy_fn):

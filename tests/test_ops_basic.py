@@ -166,8 +166,56 @@ def test_out_returns_the_out_tensor(x):
 
 def test_out_on_wrong_device_is_an_error(x):
     n = x.neuron()
-    with pytest.raises(RuntimeError):
+    want = "Expected out tensor to have device neuron:0, but got"
+    with pytest.raises(RuntimeError, match=f"{want} cpu"):
         torch.add(n, n, out=torch.empty(4, 6))
+    with pytest.raises(RuntimeError, match=f"{want} neuron:1"):
+        torch.add(n, n, out=torch.empty(4, 6, device="neuron:1"))
+
+
+def test_out_of_wrong_dtype_is_an_error_at_the_op(x):
+    n = x.neuron()
+    out = torch.zeros(4, 6, dtype=torch.int64, device="neuron")
+    for dev_x, dev_out in ((x, out.cpu()), (n, out)):
+        with pytest.raises(RuntimeError, match="result type Float can't be cast"):
+            torch.add(dev_x, dev_x, out=dev_out)
+    vals = torch.empty(0, device="neuron")
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype long int"):
+        torch.max(n, 1, out=(vals, torch.empty(0, dtype=torch.int32, device="neuron")))
+    assert torch.equal(out.cpu(), torch.zeros(4, 6, dtype=torch.int64))  # nothing written
+
+
+def test_out_of_wrong_shape_is_resized_with_cuda_warning(x):
+    n = x.neuron()
+    out = torch.empty(2, 2, device="neuron")
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.add(n, n, out=out)
+    assert out.shape == (4, 6)
+    assert torch.equal(out.cpu(), x + x)
+
+
+def test_out_aliasing_an_input(x):
+    # out= the first input: an in-place op written the out= way.
+    a, b = x.clone(), x.neuron()
+    torch.mul(a, 2, out=a)
+    torch.mul(b, 2, out=b)
+    assert torch.equal(b.cpu(), a)
+    # A partially overlapping out is refused on both devices.
+    for t in (torch.arange(10.0), torch.arange(10.0, device="neuron")):
+        with pytest.raises(RuntimeError, match="unsupported operation"):
+            torch.add(t[1:], 1, out=t[:-1])
+        assert torch.equal(t.cpu(), torch.arange(10.0))  # nothing written
+
+
+def test_structured_out_variants_run_on_the_device_fast_path(x):
+    n = x.neuron()
+    torch.neuron.synchronize()
+    torch_neuronx.clear_op_stats()
+    out = torch.empty(0, device="neuron")
+    torch.sub(n, 1, out=out)
+    torch.neuron.synchronize()
+    assert "aten::sub.out" in torch_neuronx.get_executed_ops()
+    assert not [op for op in torch_neuronx.get_fallback_ops() if op.startswith("aten::sub")]
 
 
 # --- copies between devices ---------------------------------------------------------------

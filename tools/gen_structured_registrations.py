@@ -1,8 +1,8 @@
 """Generates torch_neuronx/csrc/aten/generated/structured_registrations.cpp.
 
-Every structured ATen operator (functional and in-place variants whose out=
-kernel has a CPU implementation) gets a PrivateUse1 kernel from the templates
-in aten/structured_kernel.h. The signatures come from torchgen, the code
+Every structured ATen operator whose out= kernel has a CPU implementation gets
+PrivateUse1 kernels for its functional, in-place and out= variants, from the
+templates in aten/structured_kernel.h and aten/structured_out_kernel.h. The signatures come from torchgen, the code
 generator shipped with the installed torch, so they match its headers.
 
 Run after changing the torch version:
@@ -46,9 +46,9 @@ SUPPORTED_TYPES = {
     "double",
 }
 
-# Ops kept on the generic path: their CPU out= kernel resizes the output (the
-# reduced losses compute the unreduced loss into `out` first), which device
-# outputs, sized by the meta function, do not allow.
+# Ops kept on the generic path (all variants): their CPU out= kernel resizes
+# the output (the reduced losses compute the unreduced loss into `out` first),
+# which device outputs, sized by the meta function, do not allow.
 EXCLUDED: set[str] = {"mse_loss", "smooth_l1_loss"}
 
 
@@ -62,15 +62,25 @@ def main() -> int:
         use_const_ref_for_mutable_tensors=False, use_ilistref_for_tensor_lists=True
     ):
         for f in parsed.native_functions:
-            if f.structured_delegate is None or str(f.func.name) in EXCLUDED:
-                continue
-            out = by_name[str(f.structured_delegate)]
-            if not cpu.has_kernel(out):
+            if f.root_name in EXCLUDED:
                 continue
             kind = f.func.kind()
-            if kind not in (SchemaKind.functional, SchemaKind.inplace):
+            if f.structured and kind == SchemaKind.out:
+                out = f  # the out= variant itself
+            elif f.structured_delegate is not None:
+                out = by_name[str(f.structured_delegate)]
+            else:
                 continue
-            sig = CppSignatureGroup.from_native_function(f, method=False).signature
+            if not cpu.has_kernel(out):
+                continue
+            if kind not in (SchemaKind.functional, SchemaKind.inplace, SchemaKind.out):
+                continue
+            group = CppSignatureGroup.from_native_function(f, method=False)
+            # out= kernels are registered in schema order (outputs last): the
+            # "faithful" signature, at::<op>_outf.
+            sig = group.faithful_signature if kind == SchemaKind.out else group.signature
+            if sig is None:
+                sig = group.signature
             types = [a.type for a in sig.arguments()]
             if any(t not in SUPPORTED_TYPES for t in types):
                 continue
@@ -84,9 +94,12 @@ def main() -> int:
                 out_ptr = f"{out_ret} (*)({', '.join(out_types)})"
                 cpu_fn = f"static_cast<{out_ptr}>(&at::cpu::{out_sig.name()})"
                 template = "Functional"
-            else:
+            elif kind == SchemaKind.inplace:
                 cpu_fn = f"static_cast<{fptr}>(&at::cpu::{name})"
                 template = "Inplace"
+            else:
+                cpu_fn = f"static_cast<{fptr}>(&at::cpu::{name})"
+                template = "OutVariant"
             meta_fn = f"static_cast<{fptr}>(&at::meta::{name})"
             entries.append((str(f.func.name), name, template, meta_fn, cpu_fn, out))
     OUT_DIR.mkdir(parents=True, exist_ok=True)
@@ -105,6 +118,7 @@ def main() -> int:
             *includes,
             "",
             '#include "aten/structured_kernel.h"',
+            '#include "aten/structured_out_kernel.h"',
             "",
             "namespace torch_neuronx::structured {",
             "namespace {",

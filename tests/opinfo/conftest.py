@@ -15,15 +15,22 @@ WATCHDOG_S = 300
 _RESULTS = pytest.StashKey["DifferentialResults"]()
 
 
+PHASES = ("forward", "backward", "out")
+
+
+def _phase_counts() -> dict[str, int]:
+    return dict.fromkeys(PHASES, 0)
+
+
 @dataclass
 class OpResult:
     key: str
-    # Per phase ("forward" / "backward"): sample counts.
-    passed: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0})
-    failed: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0})
-    skipped: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0})
+    # Per phase ("forward" / "backward" / "out"): sample counts.
+    passed: dict[str, int] = field(default_factory=_phase_counts)
+    failed: dict[str, int] = field(default_factory=_phase_counts)
+    skipped: dict[str, int] = field(default_factory=_phase_counts)
     # Of the failed ones: covered by known_failures.EXPECTED_FAILURES.
-    expected: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0})
+    expected: dict[str, int] = field(default_factory=_phase_counts)
 
     @property
     def forward_passes(self) -> bool:
@@ -78,7 +85,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     ops = list(results.ops.values())
     write = terminalreporter.write_line
     write("")
-    for phase in ("forward", "backward"):
+    for phase in PHASES:
         write(
             f"{phase}: {sum(r.passed[phase] for r in ops)} passed, "
             f"{sum(r.failed[phase] for r in ops)} failed "

@@ -4,8 +4,12 @@ One test per OpInfo entry. For each tested dtype the CPU samples of the entry
 are copied to neuron (same sizes, strides and storage offsets), the op runs on
 both devices, and the results must match (and live on neuron). For float32 and
 ops with autograd, the input gradients of a random-cotangent backward must
-match too. A sample that raises on CPU is skipped; one that raises only on
-neuron is a failure. Skips and expected failures live in ``known_failures.py``.
+match too. For ops with an out= variant, the first samples also run with out=
+tensors (empty ones, resized by the op, as in PyTorch's own out= tests) on both
+devices: the outputs written and the values returned must match, and the
+returned tensors must be the out= tensors themselves. A sample that raises on
+CPU is skipped; one that raises only on neuron is a failure. Skips and expected
+failures live in ``known_failures.py``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from torch.testing._internal.opinfo.core import SampleInput
 
 DEVICE = "neuron"
 MAX_SAMPLES = 8
+MAX_OUT_SAMPLES = 2  # per op, in its first dtype
 SAMPLE_TIMEOUT_S = 30
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 BACKWARD_DTYPE = torch.float32
@@ -252,6 +257,59 @@ def run_forward(op, key: str, sample, values: bool) -> str | None:
     return None
 
 
+def empty_like_result(x, device: str):
+    """Empty out= tensors for a result: a tensor, or a tuple/list of them."""
+    if isinstance(x, torch.Tensor):
+        return torch.empty(0, dtype=x.dtype, device=device)
+    if isinstance(x, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in x):
+        return tuple(torch.empty(0, dtype=v.dtype, device=device) for v in x)
+    return None
+
+
+def run_out(op, key: str, sample, values: bool) -> str | None:
+    """The op with out= tensors: None if it matches CPU, "skip" if CPU cannot run it."""
+    dev = to_neuron_sample(sample, key)
+    try:
+        with time_limit(SAMPLE_TIMEOUT_S):
+            out_cpu = empty_like_result(run_op(op, to_cpu_sample(sample)), "cpu")
+            if out_cpu is None:
+                return "skip"
+            expected = op(sample.input, *sample.args, **sample.kwargs, out=out_cpu)
+    except Exception:
+        return "skip"
+    out_dev = empty_like_result(out_cpu, DEVICE)
+    try:
+        with time_limit(SAMPLE_TIMEOUT_S):
+            actual = op(dev.input, *dev.args, **dev.kwargs, out=out_dev)
+            torch.neuron.synchronize()
+            check_devices(out_dev, "out")
+            compare(to_cpu(out_dev), to_cpu(out_cpu), values, key, "out")
+            if expected is None:  # ops writing a list of outputs return nothing
+                if actual is not None:
+                    raise Mismatch(f"returned: got {type(actual).__name__}, expected None")
+                return None
+            returned = actual if isinstance(actual, (tuple, list)) else (actual,)
+            written = out_dev if isinstance(out_dev, tuple) else (out_dev,)
+            if len(returned) != len(written) or not all(
+                r is w for r, w in zip(returned, written, strict=True)
+            ):
+                raise Mismatch("out: the op did not return its out= tensors")
+            compare(to_cpu(actual), to_cpu(expected), values, key, "returned")
+    except Exception as e:
+        return short_error(e)
+    return None
+
+
+def to_cpu_sample(sample: SampleInput) -> SampleInput:
+    """A copy of the sample, so that probing the result's dtypes writes nothing shared."""
+    clone = lambda x: x.clone() if isinstance(x, torch.Tensor) else x  # noqa: E731
+    return SampleInput(
+        torch.utils._pytree.tree_map(clone, sample.input),
+        args=torch.utils._pytree.tree_map(clone, sample.args),
+        kwargs=torch.utils._pytree.tree_map(clone, sample.kwargs),
+    )
+
+
 def grad_inputs(sample) -> list[torch.Tensor]:
     return [
         t
@@ -345,6 +403,11 @@ def test_differential(op, differential_results):
     for dtype in dtypes:
         for sample in itertools.islice(samples(op, dtype, False), MAX_SAMPLES):
             record("forward", dtype, run_forward(op, key, sample, comparable(sample)))
+
+    if op.supports_out:
+        out_dtype = dtypes[0]
+        for sample in itertools.islice(samples(op, out_dtype, False), MAX_OUT_SAMPLES):
+            record("out", out_dtype, run_out(op, key, sample, comparable(sample)))
 
     if (
         values

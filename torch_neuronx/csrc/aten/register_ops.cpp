@@ -56,10 +56,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // without its own kernel would get the composite (a decomposition with
   // different rounding, and many more ops); the device runs the CPU kernel.
   constexpr auto generic = &deviceOpFallback;
-  for (const char* op :
-       {"addr", "addr.out", "all.dims_out", "any.dims_out", "native_group_norm",
-        "narrow_copy", "pixel_shuffle", "pixel_unshuffle", "_stack",
-        "_stack.out", "linalg__powsum"})
+  for (const char* op : {"addr", "addr.out", "native_group_norm", "narrow_copy",
+                         "pixel_shuffle", "pixel_unshuffle", "_stack",
+                         "_stack.out", "linalg__powsum", "mode.values"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<generic>());
   m.impl("convolution_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&convolutionOverrideable>());

@@ -5,46 +5,72 @@
 
 #include <ATen/ops/_addmm_activation_cpu_dispatch.h>
 #include <ATen/ops/_addmm_activation_meta_dispatch.h>
-#include <ATen/ops/_convert_indices_from_csr_to_coo_cpu_dispatch.h>
-#include <ATen/ops/_convert_indices_from_csr_to_coo_meta_dispatch.h>
-#include <ATen/ops/_linalg_det_cpu_dispatch.h>
-#include <ATen/ops/_linalg_det_meta_dispatch.h>
-#include <ATen/ops/_linalg_eigh_cpu_dispatch.h>
-#include <ATen/ops/_linalg_eigh_meta_dispatch.h>
-#include <ATen/ops/_linalg_solve_ex_cpu_dispatch.h>
-#include <ATen/ops/_linalg_solve_ex_meta_dispatch.h>
+#include <ATen/ops/_convert_indices_from_coo_to_csr_cpu_dispatch.h>
+#include <ATen/ops/_convert_indices_from_coo_to_csr_meta_dispatch.h>
+#include <ATen/ops/_linalg_slogdet_cpu_dispatch.h>
+#include <ATen/ops/_linalg_slogdet_meta_dispatch.h>
+#include <ATen/ops/_linalg_svd_cpu_dispatch.h>
+#include <ATen/ops/_linalg_svd_meta_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
 #include <ATen/ops/_softmax_cpu_dispatch.h>
 #include <ATen/ops/_softmax_meta_dispatch.h>
-#include <ATen/ops/_upsample_lanczos2d_aa_cpu_dispatch.h>
-#include <ATen/ops/_upsample_lanczos2d_aa_meta_dispatch.h>
-#include <ATen/ops/adaptive_max_pool3d_backward_cpu_dispatch.h>
-#include <ATen/ops/adaptive_max_pool3d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/acos_cpu_dispatch.h>
+#include <ATen/ops/acos_meta_dispatch.h>
+#include <ATen/ops/acosh_cpu_dispatch.h>
+#include <ATen/ops/acosh_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool2d_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_meta_dispatch.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/addcdiv_cpu_dispatch.h>
+#include <ATen/ops/addcdiv_meta_dispatch.h>
 #include <ATen/ops/addcmul_cpu_dispatch.h>
 #include <ATen/ops/addcmul_meta_dispatch.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/addmm_meta_dispatch.h>
 #include <ATen/ops/all_cpu_dispatch.h>
 #include <ATen/ops/all_meta_dispatch.h>
 #include <ATen/ops/amin_cpu_dispatch.h>
 #include <ATen/ops/amin_meta_dispatch.h>
+#include <ATen/ops/any_cpu_dispatch.h>
+#include <ATen/ops/any_meta_dispatch.h>
 #include <ATen/ops/argmax_cpu_dispatch.h>
 #include <ATen/ops/argmax_meta_dispatch.h>
-#include <ATen/ops/asin_cpu_dispatch.h>
-#include <ATen/ops/asin_meta_dispatch.h>
 #include <ATen/ops/asinh_cpu_dispatch.h>
 #include <ATen/ops/asinh_meta_dispatch.h>
 #include <ATen/ops/atan2_cpu_dispatch.h>
 #include <ATen/ops/atan2_meta_dispatch.h>
-#include <ATen/ops/avg_pool3d_backward_cpu_dispatch.h>
-#include <ATen/ops/avg_pool3d_backward_meta_dispatch.h>
+#include <ATen/ops/atan_cpu_dispatch.h>
+#include <ATen/ops/atan_meta_dispatch.h>
+#include <ATen/ops/atanh_cpu_dispatch.h>
+#include <ATen/ops/atanh_meta_dispatch.h>
+#include <ATen/ops/avg_pool2d_cpu_dispatch.h>
+#include <ATen/ops/avg_pool2d_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_cpu_dispatch.h>
+#include <ATen/ops/avg_pool3d_meta_dispatch.h>
 #include <ATen/ops/baddbmm_cpu_dispatch.h>
 #include <ATen/ops/baddbmm_meta_dispatch.h>
 #include <ATen/ops/bitwise_and_cpu_dispatch.h>
 #include <ATen/ops/bitwise_and_meta_dispatch.h>
+#include <ATen/ops/bitwise_left_shift_cpu_dispatch.h>
+#include <ATen/ops/bitwise_left_shift_meta_dispatch.h>
+#include <ATen/ops/bitwise_not_cpu_dispatch.h>
+#include <ATen/ops/bitwise_not_meta_dispatch.h>
+#include <ATen/ops/bitwise_or_cpu_dispatch.h>
+#include <ATen/ops/bitwise_or_meta_dispatch.h>
 #include <ATen/ops/bitwise_right_shift_cpu_dispatch.h>
 #include <ATen/ops/bitwise_right_shift_meta_dispatch.h>
-#include <ATen/ops/bitwise_xor_cpu_dispatch.h>
-#include <ATen/ops/bitwise_xor_meta_dispatch.h>
+#include <ATen/ops/bmm_cpu_dispatch.h>
+#include <ATen/ops/bmm_meta_dispatch.h>
 #include <ATen/ops/ceil_cpu_dispatch.h>
 #include <ATen/ops/ceil_meta_dispatch.h>
 #include <ATen/ops/clamp_cpu_dispatch.h>
@@ -53,248 +79,409 @@
 #include <ATen/ops/clamp_meta_dispatch.h>
 #include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta_dispatch.h>
-#include <ATen/ops/copysign_cpu_dispatch.h>
-#include <ATen/ops/copysign_meta_dispatch.h>
 #include <ATen/ops/cosh_cpu_dispatch.h>
 #include <ATen/ops/cosh_meta_dispatch.h>
+#include <ATen/ops/cumprod_cpu_dispatch.h>
+#include <ATen/ops/cumprod_meta_dispatch.h>
 #include <ATen/ops/cumsum_cpu_dispatch.h>
 #include <ATen/ops/cumsum_meta_dispatch.h>
+#include <ATen/ops/digamma_cpu_dispatch.h>
+#include <ATen/ops/digamma_meta_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
-#include <ATen/ops/elu_backward_cpu_dispatch.h>
-#include <ATen/ops/elu_backward_meta_dispatch.h>
+#include <ATen/ops/elu_cpu_dispatch.h>
+#include <ATen/ops/elu_meta_dispatch.h>
 #include <ATen/ops/eq_cpu_dispatch.h>
 #include <ATen/ops/eq_meta_dispatch.h>
+#include <ATen/ops/erf_cpu_dispatch.h>
+#include <ATen/ops/erf_meta_dispatch.h>
 #include <ATen/ops/erfc_cpu_dispatch.h>
 #include <ATen/ops/erfc_meta_dispatch.h>
+#include <ATen/ops/erfinv_cpu_dispatch.h>
+#include <ATen/ops/erfinv_meta_dispatch.h>
 #include <ATen/ops/exp2_cpu_dispatch.h>
 #include <ATen/ops/exp2_meta_dispatch.h>
+#include <ATen/ops/expm1_cpu_dispatch.h>
+#include <ATen/ops/expm1_meta_dispatch.h>
 #include <ATen/ops/floor_cpu_dispatch.h>
 #include <ATen/ops/floor_meta_dispatch.h>
 #include <ATen/ops/fmin_cpu_dispatch.h>
 #include <ATen/ops/fmin_meta_dispatch.h>
 #include <ATen/ops/fmod_cpu_dispatch.h>
 #include <ATen/ops/fmod_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool2d_cpu_dispatch.h>
+#include <ATen/ops/fractional_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_cpu_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_meta_dispatch.h>
 #include <ATen/ops/gcd_cpu_dispatch.h>
 #include <ATen/ops/gcd_meta_dispatch.h>
 #include <ATen/ops/ge_cpu_dispatch.h>
 #include <ATen/ops/ge_meta_dispatch.h>
 #include <ATen/ops/gelu_cpu_dispatch.h>
 #include <ATen/ops/gelu_meta_dispatch.h>
+#include <ATen/ops/glu_cpu_dispatch.h>
+#include <ATen/ops/glu_meta_dispatch.h>
 #include <ATen/ops/gt_cpu_dispatch.h>
 #include <ATen/ops/gt_meta_dispatch.h>
-#include <ATen/ops/hardshrink_backward_cpu_dispatch.h>
-#include <ATen/ops/hardshrink_backward_meta_dispatch.h>
+#include <ATen/ops/hardshrink_cpu_dispatch.h>
+#include <ATen/ops/hardshrink_meta_dispatch.h>
 #include <ATen/ops/hardsigmoid_cpu_dispatch.h>
 #include <ATen/ops/hardsigmoid_meta_dispatch.h>
-#include <ATen/ops/heaviside_cpu_dispatch.h>
-#include <ATen/ops/heaviside_meta_dispatch.h>
 #include <ATen/ops/i0_cpu_dispatch.h>
 #include <ATen/ops/i0_meta_dispatch.h>
 #include <ATen/ops/igamma_cpu_dispatch.h>
 #include <ATen/ops/igamma_meta_dispatch.h>
+#include <ATen/ops/igammac_cpu_dispatch.h>
+#include <ATen/ops/igammac_meta_dispatch.h>
 #include <ATen/ops/index_copy_cpu_dispatch.h>
 #include <ATen/ops/index_copy_meta_dispatch.h>
 #include <ATen/ops/index_reduce_cpu_dispatch.h>
 #include <ATen/ops/index_reduce_meta_dispatch.h>
 #include <ATen/ops/isin_cpu_dispatch.h>
 #include <ATen/ops/isin_meta_dispatch.h>
-#include <ATen/ops/isposinf_cpu_dispatch.h>
-#include <ATen/ops/isposinf_meta_dispatch.h>
+#include <ATen/ops/isneginf_cpu_dispatch.h>
+#include <ATen/ops/isneginf_meta_dispatch.h>
+#include <ATen/ops/lcm_cpu_dispatch.h>
+#include <ATen/ops/lcm_meta_dispatch.h>
 #include <ATen/ops/le_cpu_dispatch.h>
 #include <ATen/ops/le_meta_dispatch.h>
 #include <ATen/ops/leaky_relu_cpu_dispatch.h>
 #include <ATen/ops/leaky_relu_meta_dispatch.h>
 #include <ATen/ops/lerp_cpu_dispatch.h>
 #include <ATen/ops/lerp_meta_dispatch.h>
-#include <ATen/ops/linalg_cross_cpu_dispatch.h>
-#include <ATen/ops/linalg_cross_meta_dispatch.h>
+#include <ATen/ops/linalg_cholesky_ex_cpu_dispatch.h>
+#include <ATen/ops/linalg_cholesky_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_inv_ex_cpu_dispatch.h>
+#include <ATen/ops/linalg_inv_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_ldl_factor_ex_cpu_dispatch.h>
+#include <ATen/ops/linalg_ldl_factor_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_factor_ex_cpu_dispatch.h>
+#include <ATen/ops/linalg_lu_factor_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_solve_cpu_dispatch.h>
+#include <ATen/ops/linalg_lu_solve_meta_dispatch.h>
+#include <ATen/ops/linalg_qr_cpu_dispatch.h>
+#include <ATen/ops/linalg_qr_meta_dispatch.h>
 #include <ATen/ops/log10_cpu_dispatch.h>
 #include <ATen/ops/log10_meta_dispatch.h>
 #include <ATen/ops/log2_cpu_dispatch.h>
 #include <ATen/ops/log2_meta_dispatch.h>
+#include <ATen/ops/log_cpu_dispatch.h>
+#include <ATen/ops/log_meta_dispatch.h>
+#include <ATen/ops/logaddexp_cpu_dispatch.h>
+#include <ATen/ops/logaddexp_meta_dispatch.h>
+#include <ATen/ops/logit_backward_cpu_dispatch.h>
+#include <ATen/ops/logit_backward_meta_dispatch.h>
 #include <ATen/ops/lt_cpu_dispatch.h>
 #include <ATen/ops/lt_meta_dispatch.h>
 #include <ATen/ops/lu_unpack_cpu_dispatch.h>
 #include <ATen/ops/lu_unpack_meta_dispatch.h>
 #include <ATen/ops/max_cpu_dispatch.h>
 #include <ATen/ops/max_meta_dispatch.h>
-#include <ATen/ops/max_pool2d_with_indices_cpu_dispatch.h>
-#include <ATen/ops/max_pool2d_with_indices_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_backward_cpu_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_backward_meta_dispatch.h>
+#include <ATen/ops/maximum_cpu_dispatch.h>
+#include <ATen/ops/maximum_meta_dispatch.h>
+#include <ATen/ops/mean_cpu_dispatch.h>
+#include <ATen/ops/mean_meta_dispatch.h>
+#include <ATen/ops/mish_cpu_dispatch.h>
+#include <ATen/ops/mish_meta_dispatch.h>
+#include <ATen/ops/mul_cpu_dispatch.h>
+#include <ATen/ops/mul_meta_dispatch.h>
 #include <ATen/ops/ne_cpu_dispatch.h>
 #include <ATen/ops/ne_meta_dispatch.h>
+#include <ATen/ops/neg_cpu_dispatch.h>
+#include <ATen/ops/neg_meta_dispatch.h>
 #include <ATen/ops/nextafter_cpu_dispatch.h>
 #include <ATen/ops/nextafter_meta_dispatch.h>
+#include <ATen/ops/nll_loss_forward_cpu_dispatch.h>
+#include <ATen/ops/nll_loss_forward_meta_dispatch.h>
 #include <ATen/ops/norm_cpu_dispatch.h>
 #include <ATen/ops/norm_meta_dispatch.h>
-#include <ATen/ops/polygamma_cpu_dispatch.h>
-#include <ATen/ops/polygamma_meta_dispatch.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/pow_meta_dispatch.h>
 #include <ATen/ops/reciprocal_cpu_dispatch.h>
 #include <ATen/ops/reciprocal_meta_dispatch.h>
-#include <ATen/ops/reflection_pad3d_cpu_dispatch.h>
-#include <ATen/ops/reflection_pad3d_meta_dispatch.h>
+#include <ATen/ops/reflection_pad1d_backward_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad1d_backward_meta_dispatch.h>
+#include <ATen/ops/reflection_pad3d_backward_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad3d_backward_meta_dispatch.h>
 #include <ATen/ops/renorm_cpu_dispatch.h>
 #include <ATen/ops/renorm_meta_dispatch.h>
-#include <ATen/ops/replication_pad2d_cpu_dispatch.h>
-#include <ATen/ops/replication_pad2d_meta_dispatch.h>
+#include <ATen/ops/replication_pad1d_backward_cpu_dispatch.h>
+#include <ATen/ops/replication_pad1d_backward_meta_dispatch.h>
+#include <ATen/ops/replication_pad3d_cpu_dispatch.h>
+#include <ATen/ops/replication_pad3d_meta_dispatch.h>
 #include <ATen/ops/round_cpu_dispatch.h>
 #include <ATen/ops/round_meta_dispatch.h>
+#include <ATen/ops/rsqrt_cpu_dispatch.h>
+#include <ATen/ops/rsqrt_meta_dispatch.h>
+#include <ATen/ops/scatter_add_cpu_dispatch.h>
+#include <ATen/ops/scatter_add_meta_dispatch.h>
 #include <ATen/ops/scatter_cpu_dispatch.h>
 #include <ATen/ops/scatter_meta_dispatch.h>
 #include <ATen/ops/scatter_reduce_cpu_dispatch.h>
 #include <ATen/ops/scatter_reduce_meta_dispatch.h>
 #include <ATen/ops/sgn_cpu_dispatch.h>
 #include <ATen/ops/sgn_meta_dispatch.h>
-#include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
-#include <ATen/ops/sigmoid_backward_meta_dispatch.h>
 #include <ATen/ops/sigmoid_cpu_dispatch.h>
 #include <ATen/ops/sigmoid_meta_dispatch.h>
+#include <ATen/ops/sign_cpu_dispatch.h>
+#include <ATen/ops/sign_meta_dispatch.h>
 #include <ATen/ops/silu_cpu_dispatch.h>
 #include <ATen/ops/silu_meta_dispatch.h>
-#include <ATen/ops/sinc_cpu_dispatch.h>
-#include <ATen/ops/sinc_meta_dispatch.h>
-#include <ATen/ops/softshrink_backward_cpu_dispatch.h>
-#include <ATen/ops/softshrink_backward_meta_dispatch.h>
+#include <ATen/ops/sin_cpu_dispatch.h>
+#include <ATen/ops/sin_meta_dispatch.h>
+#include <ATen/ops/sinh_cpu_dispatch.h>
+#include <ATen/ops/sinh_meta_dispatch.h>
+#include <ATen/ops/slow_conv_transpose2d_cpu_dispatch.h>
+#include <ATen/ops/slow_conv_transpose2d_meta_dispatch.h>
+#include <ATen/ops/softplus_cpu_dispatch.h>
+#include <ATen/ops/softplus_meta_dispatch.h>
+#include <ATen/ops/softshrink_cpu_dispatch.h>
+#include <ATen/ops/softshrink_meta_dispatch.h>
 #include <ATen/ops/sort_cpu_dispatch.h>
 #include <ATen/ops/sort_meta_dispatch.h>
-#include <ATen/ops/special_bessel_j1_cpu_dispatch.h>
-#include <ATen/ops/special_bessel_j1_meta_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_u_cpu_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_u_meta_dispatch.h>
-#include <ATen/ops/special_hermite_polynomial_he_cpu_dispatch.h>
-#include <ATen/ops/special_hermite_polynomial_he_meta_dispatch.h>
-#include <ATen/ops/special_i0e_cpu_dispatch.h>
-#include <ATen/ops/special_i0e_meta_dispatch.h>
-#include <ATen/ops/special_log_ndtr_cpu_dispatch.h>
-#include <ATen/ops/special_log_ndtr_meta_dispatch.h>
-#include <ATen/ops/special_modified_bessel_i1_cpu_dispatch.h>
-#include <ATen/ops/special_modified_bessel_i1_meta_dispatch.h>
-#include <ATen/ops/special_scaled_modified_bessel_k1_cpu_dispatch.h>
-#include <ATen/ops/special_scaled_modified_bessel_k1_meta_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_w_cpu_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_w_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j0_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_j0_meta_dispatch.h>
+#include <ATen/ops/special_bessel_y0_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_y0_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_t_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_t_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_v_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_v_meta_dispatch.h>
+#include <ATen/ops/special_erfcx_cpu_dispatch.h>
+#include <ATen/ops/special_erfcx_meta_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_h_cpu_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_h_meta_dispatch.h>
+#include <ATen/ops/special_i1_cpu_dispatch.h>
+#include <ATen/ops/special_i1_meta_dispatch.h>
+#include <ATen/ops/special_laguerre_polynomial_l_cpu_dispatch.h>
+#include <ATen/ops/special_laguerre_polynomial_l_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i0_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i0_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_k0_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_k0_meta_dispatch.h>
+#include <ATen/ops/special_ndtri_cpu_dispatch.h>
+#include <ATen/ops/special_ndtri_meta_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k0_cpu_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k0_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_t_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_t_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_v_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_v_meta_dispatch.h>
+#include <ATen/ops/special_spherical_bessel_j0_cpu_dispatch.h>
+#include <ATen/ops/special_spherical_bessel_j0_meta_dispatch.h>
+#include <ATen/ops/special_zeta_cpu_dispatch.h>
+#include <ATen/ops/special_zeta_meta_dispatch.h>
 #include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta_dispatch.h>
+#include <ATen/ops/sub_cpu_dispatch.h>
+#include <ATen/ops/sub_meta_dispatch.h>
+#include <ATen/ops/sum_cpu_dispatch.h>
+#include <ATen/ops/sum_meta_dispatch.h>
 #include <ATen/ops/tan_cpu_dispatch.h>
 #include <ATen/ops/tan_meta_dispatch.h>
+#include <ATen/ops/tanh_cpu_dispatch.h>
+#include <ATen/ops/tanh_meta_dispatch.h>
 #include <ATen/ops/threshold_cpu_dispatch.h>
 #include <ATen/ops/threshold_meta_dispatch.h>
-#include <ATen/ops/upsample_bicubic2d_cpu_dispatch.h>
-#include <ATen/ops/upsample_bicubic2d_meta_dispatch.h>
-#include <ATen/ops/upsample_bilinear2d_cpu_dispatch.h>
-#include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
+#include <ATen/ops/triu_cpu_dispatch.h>
+#include <ATen/ops/triu_meta_dispatch.h>
+#include <ATen/ops/trunc_cpu_dispatch.h>
+#include <ATen/ops/trunc_meta_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_linear1d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_linear1d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest1d_cpu_dispatch.h>
 #include <ATen/ops/upsample_nearest1d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_cpu_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest3d_cpu_dispatch.h>
 #include <ATen/ops/upsample_nearest3d_meta_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_backward_meta_dispatch.h>
 #include <ATen/ops/xlogy_cpu_dispatch.h>
 #include <ATen/ops/xlogy_meta_dispatch.h>
 
 #include "aten/structured_kernel.h"
+#include "aten/structured_out_kernel.h"
 
 namespace torch_neuronx::structured {
 namespace {
 
 constexpr char k_sgn[] = "aten::sgn";
-constexpr char k_add_Tensor[] = "aten::add.Tensor";
+constexpr char k_acos_[] = "aten::acos_";
+constexpr char k_add_out[] = "aten::add.out";
 constexpr char k_all_dim[] = "aten::all.dim";
+constexpr char k_any_dim[] = "aten::any.dim";
 constexpr char k_argmax[] = "aten::argmax";
-constexpr char k_asinh[] = "aten::asinh";
-constexpr char k_asin[] = "aten::asin";
-constexpr char k_baddbmm[] = "aten::baddbmm";
-constexpr char k_copysign_Tensor[] = "aten::copysign.Tensor";
+constexpr char k_acosh[] = "aten::acosh";
+constexpr char k_asinh_[] = "aten::asinh_";
+constexpr char k_atanh_out[] = "aten::atanh.out";
+constexpr char k_atan[] = "aten::atan";
+constexpr char k_baddbmm_[] = "aten::baddbmm_";
+constexpr char k_bitwise_not_out[] = "aten::bitwise_not.out";
+constexpr char k_bmm[] = "aten::bmm";
 constexpr char k_ceil[] = "aten::ceil";
-constexpr char k_clamp_[] = "aten::clamp_";
-constexpr char k_clamp_max_[] = "aten::clamp_max_";
-constexpr char k_clamp_min_[] = "aten::clamp_min_";
+constexpr char k_clamp_Tensor[] = "aten::clamp.Tensor";
+constexpr char k_clamp_Tensor_out[] = "aten::clamp.Tensor_out";
+constexpr char k_clamp_max__Tensor[] = "aten::clamp_max_.Tensor";
+constexpr char k_clamp_min_Tensor[] = "aten::clamp_min.Tensor";
+constexpr char k_clamp_min_Tensor_out[] = "aten::clamp_min.Tensor_out";
 constexpr char k_cosh[] = "aten::cosh";
-constexpr char k_cumsum[] = "aten::cumsum";
+constexpr char k_cumprod_[] = "aten::cumprod_";
+constexpr char k_cumsum_out[] = "aten::cumsum.out";
 constexpr char k_div_Tensor_mode[] = "aten::div.Tensor_mode";
-constexpr char k_erfc[] = "aten::erfc";
+constexpr char k_erf_[] = "aten::erf_";
+constexpr char k_erfc_out[] = "aten::erfc.out";
 constexpr char k_exp2[] = "aten::exp2";
-constexpr char k_floor[] = "aten::floor";
-constexpr char k_gcd[] = "aten::gcd";
-constexpr char k_index_copy_[] = "aten::index_copy_";
-constexpr char k_isin_Scalar_Tensor[] = "aten::isin.Scalar_Tensor";
-constexpr char k_log10_[] = "aten::log10_";
-constexpr char k_log2_[] = "aten::log2_";
+constexpr char k_expm1_[] = "aten::expm1_";
+constexpr char k_floor_out[] = "aten::floor.out";
+constexpr char k_gcd_out[] = "aten::gcd.out";
+constexpr char k_lcm[] = "aten::lcm";
+constexpr char k_index_copy[] = "aten::index_copy";
+constexpr char k_isin_Tensor_Scalar[] = "aten::isin.Tensor_Scalar";
+constexpr char k_log_[] = "aten::log_";
+constexpr char k_log10_out[] = "aten::log10.out";
+constexpr char k_log2[] = "aten::log2";
+constexpr char k_logaddexp[] = "aten::logaddexp";
 constexpr char k_xlogy__Tensor[] = "aten::xlogy_.Tensor";
+constexpr char k__log_softmax_backward_data[] = "aten::_log_softmax_backward_data";
 constexpr char k_max_dim[] = "aten::max.dim";
+constexpr char k_mean_dim[] = "aten::mean.dim";
 constexpr char k_amin[] = "aten::amin";
-constexpr char k_reciprocal[] = "aten::reciprocal";
-constexpr char k_round[] = "aten::round";
+constexpr char k_mul_Tensor[] = "aten::mul.Tensor";
+constexpr char k_reciprocal_[] = "aten::reciprocal_";
+constexpr char k_neg_out[] = "aten::neg.out";
+constexpr char k_round_decimals[] = "aten::round.decimals";
 constexpr char k_gelu_[] = "aten::gelu_";
-constexpr char k_hardshrink_backward[] = "aten::hardshrink_backward";
+constexpr char k_hardshrink_out[] = "aten::hardshrink.out";
+constexpr char k_rsqrt[] = "aten::rsqrt";
 constexpr char k_silu_[] = "aten::silu_";
-constexpr char k_sigmoid[] = "aten::sigmoid";
-constexpr char k_sinc[] = "aten::sinc";
-constexpr char k__softmax[] = "aten::_softmax";
-constexpr char k_sqrt[] = "aten::sqrt";
-constexpr char k_tan_[] = "aten::tan_";
-constexpr char k_threshold_[] = "aten::threshold_";
-constexpr char k_norm_ScalarOpt_dim_dtype[] = "aten::norm.ScalarOpt_dim_dtype";
-constexpr char k_heaviside[] = "aten::heaviside";
+constexpr char k_mish[] = "aten::mish";
+constexpr char k_sigmoid_[] = "aten::sigmoid_";
+constexpr char k_sin_out[] = "aten::sin.out";
+constexpr char k_sinh[] = "aten::sinh";
+constexpr char k__softmax_out[] = "aten::_softmax.out";
+constexpr char k_sum_IntList_out[] = "aten::sum.IntList_out";
+constexpr char k_sqrt_[] = "aten::sqrt_";
+constexpr char k_tan[] = "aten::tan";
+constexpr char k_tanh_[] = "aten::tanh_";
+constexpr char k_threshold_out[] = "aten::threshold.out";
+constexpr char k_trunc_[] = "aten::trunc_";
+constexpr char k_norm_dtype_out[] = "aten::norm.dtype_out";
+constexpr char k_sub__Tensor[] = "aten::sub_.Tensor";
+constexpr char k_addmm_out[] = "aten::addmm.out";
 constexpr char k__addmm_activation[] = "aten::_addmm_activation";
-constexpr char k_index_reduce[] = "aten::index_reduce";
-constexpr char k_scatter__value[] = "aten::scatter_.value";
-constexpr char k_scatter__value_reduce[] = "aten::scatter_.value_reduce";
-constexpr char k_scatter_reduce__two[] = "aten::scatter_reduce_.two";
-constexpr char k_bitwise_and__Tensor[] = "aten::bitwise_and_.Tensor";
-constexpr char k_bitwise_xor__Tensor[] = "aten::bitwise_xor_.Tensor";
+constexpr char k_index_reduce_out[] = "aten::index_reduce.out";
+constexpr char k_scatter__src[] = "aten::scatter_.src";
+constexpr char k_scatter_value_out[] = "aten::scatter.value_out";
+constexpr char k_scatter_value_reduce[] = "aten::scatter.value_reduce";
+constexpr char k_scatter_add_[] = "aten::scatter_add_";
+constexpr char k_scatter_reduce_two_out[] = "aten::scatter_reduce.two_out";
+constexpr char k_bitwise_and_Tensor[] = "aten::bitwise_and.Tensor";
+constexpr char k_bitwise_or__Tensor[] = "aten::bitwise_or_.Tensor";
+constexpr char k_bitwise_left_shift_Tensor[] = "aten::bitwise_left_shift.Tensor";
 constexpr char k_bitwise_right_shift__Tensor[] = "aten::bitwise_right_shift_.Tensor";
-constexpr char k_lerp__Scalar[] = "aten::lerp_.Scalar";
+constexpr char k_digamma_[] = "aten::digamma_";
+constexpr char k_triu[] = "aten::triu";
 constexpr char k_ne_Scalar[] = "aten::ne.Scalar";
-constexpr char k_eq_Scalar[] = "aten::eq.Scalar";
-constexpr char k_ge__Scalar[] = "aten::ge_.Scalar";
-constexpr char k_le__Scalar[] = "aten::le_.Scalar";
-constexpr char k_gt__Scalar[] = "aten::gt_.Scalar";
-constexpr char k_lt__Scalar[] = "aten::lt_.Scalar";
-constexpr char k_addcmul_[] = "aten::addcmul_";
-constexpr char k_lu_unpack[] = "aten::lu_unpack";
-constexpr char k_polygamma[] = "aten::polygamma";
+constexpr char k_ne__Tensor[] = "aten::ne_.Tensor";
+constexpr char k_eq_Tensor[] = "aten::eq.Tensor";
+constexpr char k_ge_Tensor[] = "aten::ge.Tensor";
+constexpr char k_le_Scalar[] = "aten::le.Scalar";
+constexpr char k_le__Tensor[] = "aten::le_.Tensor";
+constexpr char k_gt_Tensor[] = "aten::gt.Tensor";
+constexpr char k_lt_Scalar[] = "aten::lt.Scalar";
+constexpr char k_lt__Tensor[] = "aten::lt_.Tensor";
+constexpr char k_addcmul[] = "aten::addcmul";
+constexpr char k_addcdiv_[] = "aten::addcdiv_";
+constexpr char k_lu_unpack_out[] = "aten::lu_unpack.out";
+constexpr char k_digamma_out[] = "aten::digamma.out";
+constexpr char k_erfinv[] = "aten::erfinv";
 constexpr char k_i0_[] = "aten::i0_";
+constexpr char k_sign_out[] = "aten::sign.out";
 constexpr char k_atan2_[] = "aten::atan2_";
-constexpr char k_fmod_Tensor[] = "aten::fmod.Tensor";
-constexpr char k_igamma[] = "aten::igamma";
-constexpr char k_nextafter[] = "aten::nextafter";
+constexpr char k_lerp_Scalar[] = "aten::lerp.Scalar";
+constexpr char k_fmod__Tensor[] = "aten::fmod_.Tensor";
+constexpr char k_igamma_out[] = "aten::igamma.out";
+constexpr char k_igammac[] = "aten::igammac";
+constexpr char k_nextafter_[] = "aten::nextafter_";
 constexpr char k_fmin[] = "aten::fmin";
-constexpr char k_sort_stable[] = "aten::sort.stable";
-constexpr char k_renorm[] = "aten::renorm";
+constexpr char k_maximum[] = "aten::maximum";
+constexpr char k_sort_values_stable[] = "aten::sort.values_stable";
+constexpr char k_all[] = "aten::all";
+constexpr char k_renorm_out[] = "aten::renorm.out";
+constexpr char k_pow_Tensor_Tensor[] = "aten::pow.Tensor_Tensor";
 constexpr char k_pow_Tensor_Scalar[] = "aten::pow.Tensor_Scalar";
-constexpr char k__convert_indices_from_csr_to_coo[] = "aten::_convert_indices_from_csr_to_coo";
-constexpr char k_elu_backward[] = "aten::elu_backward";
+constexpr char k__convert_indices_from_coo_to_csr_out[] = "aten::_convert_indices_from_coo_to_csr.out";
+constexpr char k_nll_loss_forward[] = "aten::nll_loss_forward";
+constexpr char k_elu[] = "aten::elu";
+constexpr char k_glu_out[] = "aten::glu.out";
 constexpr char k_hardsigmoid_[] = "aten::hardsigmoid_";
-constexpr char k_leaky_relu_[] = "aten::leaky_relu_";
-constexpr char k_softshrink_backward[] = "aten::softshrink_backward";
-constexpr char k_adaptive_max_pool3d_backward[] = "aten::adaptive_max_pool3d_backward";
-constexpr char k_avg_pool3d_backward[] = "aten::avg_pool3d_backward";
-constexpr char k_max_pool2d_with_indices[] = "aten::max_pool2d_with_indices";
-constexpr char k_reflection_pad3d[] = "aten::reflection_pad3d";
-constexpr char k_replication_pad2d[] = "aten::replication_pad2d";
-constexpr char k_upsample_bilinear2d[] = "aten::upsample_bilinear2d";
-constexpr char k_upsample_bicubic2d[] = "aten::upsample_bicubic2d";
-constexpr char k__upsample_lanczos2d_aa[] = "aten::_upsample_lanczos2d_aa";
+constexpr char k_leaky_relu[] = "aten::leaky_relu";
+constexpr char k_softplus_out[] = "aten::softplus.out";
+constexpr char k_softshrink_out[] = "aten::softshrink.out";
+constexpr char k_adaptive_max_pool2d_out[] = "aten::adaptive_max_pool2d.out";
+constexpr char k_adaptive_max_pool3d_out[] = "aten::adaptive_max_pool3d.out";
+constexpr char k_avg_pool2d_out[] = "aten::avg_pool2d.out";
+constexpr char k_avg_pool3d_out[] = "aten::avg_pool3d.out";
+constexpr char k_fractional_max_pool2d_output[] = "aten::fractional_max_pool2d.output";
+constexpr char k_fractional_max_pool3d_output[] = "aten::fractional_max_pool3d.output";
+constexpr char k_max_pool2d_with_indices_backward_grad_input[] = "aten::max_pool2d_with_indices_backward.grad_input";
+constexpr char k_reflection_pad1d_backward_grad_input[] = "aten::reflection_pad1d_backward.grad_input";
+constexpr char k_reflection_pad3d_backward_grad_input[] = "aten::reflection_pad3d_backward.grad_input";
+constexpr char k_replication_pad1d_backward_grad_input[] = "aten::replication_pad1d_backward.grad_input";
+constexpr char k_replication_pad3d_out[] = "aten::replication_pad3d.out";
+constexpr char k_upsample_linear1d_backward_grad_input[] = "aten::upsample_linear1d_backward.grad_input";
+constexpr char k_upsample_bilinear2d_backward_grad_input[] = "aten::upsample_bilinear2d_backward.grad_input";
+constexpr char k__upsample_bilinear2d_aa_backward_grad_input[] = "aten::_upsample_bilinear2d_aa_backward.grad_input";
+constexpr char k_upsample_bicubic2d_backward_grad_input[] = "aten::upsample_bicubic2d_backward.grad_input";
+constexpr char k__upsample_bicubic2d_aa_backward_grad_input[] = "aten::_upsample_bicubic2d_aa_backward.grad_input";
+constexpr char k__upsample_lanczos2d_aa_backward_grad_input[] = "aten::_upsample_lanczos2d_aa_backward.grad_input";
+constexpr char k_upsample_trilinear3d_backward_grad_input[] = "aten::upsample_trilinear3d_backward.grad_input";
 constexpr char k_upsample_nearest1d[] = "aten::upsample_nearest1d";
+constexpr char k_upsample_nearest1d_backward[] = "aten::upsample_nearest1d_backward";
 constexpr char k_upsample_nearest2d[] = "aten::upsample_nearest2d";
+constexpr char k_upsample_nearest2d_backward[] = "aten::upsample_nearest2d_backward";
 constexpr char k_upsample_nearest3d[] = "aten::upsample_nearest3d";
-constexpr char k_sigmoid_backward[] = "aten::sigmoid_backward";
-constexpr char k_isposinf[] = "aten::isposinf";
-constexpr char k_special_log_ndtr[] = "aten::special_log_ndtr";
-constexpr char k_special_i0e[] = "aten::special_i0e";
-constexpr char k_linalg_cross[] = "aten::linalg_cross";
-constexpr char k__linalg_det[] = "aten::_linalg_det";
-constexpr char k__linalg_eigh[] = "aten::_linalg_eigh";
-constexpr char k__linalg_solve_ex[] = "aten::_linalg_solve_ex";
-constexpr char k_special_bessel_j1[] = "aten::special_bessel_j1";
-constexpr char k_special_chebyshev_polynomial_u[] = "aten::special_chebyshev_polynomial_u";
-constexpr char k_special_hermite_polynomial_he[] = "aten::special_hermite_polynomial_he";
-constexpr char k_special_modified_bessel_i1[] = "aten::special_modified_bessel_i1";
-constexpr char k_special_scaled_modified_bessel_k1[] = "aten::special_scaled_modified_bessel_k1";
-constexpr char k_special_shifted_chebyshev_polynomial_w[] = "aten::special_shifted_chebyshev_polynomial_w";
+constexpr char k_upsample_nearest3d_backward[] = "aten::upsample_nearest3d_backward";
+constexpr char k_logit_backward_grad_input[] = "aten::logit_backward.grad_input";
+constexpr char k_slow_conv_transpose2d_out[] = "aten::slow_conv_transpose2d.out";
+constexpr char k_isneginf[] = "aten::isneginf";
+constexpr char k_special_ndtri[] = "aten::special_ndtri";
+constexpr char k_special_erfcx[] = "aten::special_erfcx";
+constexpr char k_special_zeta[] = "aten::special_zeta";
+constexpr char k_special_i1[] = "aten::special_i1";
+constexpr char k_linalg_cholesky_ex[] = "aten::linalg_cholesky_ex";
+constexpr char k_linalg_lu_factor_ex[] = "aten::linalg_lu_factor_ex";
+constexpr char k_linalg_lu_solve[] = "aten::linalg_lu_solve";
+constexpr char k_linalg_ldl_factor_ex[] = "aten::linalg_ldl_factor_ex";
+constexpr char k__linalg_slogdet[] = "aten::_linalg_slogdet";
+constexpr char k_linalg_inv_ex[] = "aten::linalg_inv_ex";
+constexpr char k__linalg_svd[] = "aten::_linalg_svd";
+constexpr char k_linalg_qr[] = "aten::linalg_qr";
+constexpr char k_special_bessel_j0[] = "aten::special_bessel_j0";
+constexpr char k_special_bessel_y0[] = "aten::special_bessel_y0";
+constexpr char k_special_chebyshev_polynomial_t[] = "aten::special_chebyshev_polynomial_t";
+constexpr char k_special_chebyshev_polynomial_v[] = "aten::special_chebyshev_polynomial_v";
+constexpr char k_special_hermite_polynomial_h[] = "aten::special_hermite_polynomial_h";
+constexpr char k_special_laguerre_polynomial_l[] = "aten::special_laguerre_polynomial_l";
+constexpr char k_special_modified_bessel_i0[] = "aten::special_modified_bessel_i0";
+constexpr char k_special_modified_bessel_k0[] = "aten::special_modified_bessel_k0";
+constexpr char k_special_scaled_modified_bessel_k0[] = "aten::special_scaled_modified_bessel_k0";
+constexpr char k_special_shifted_chebyshev_polynomial_t[] = "aten::special_shifted_chebyshev_polynomial_t";
+constexpr char k_special_shifted_chebyshev_polynomial_v[] = "aten::special_shifted_chebyshev_polynomial_v";
+constexpr char k_special_spherical_bessel_j0[] = "aten::special_spherical_bessel_j0";
 
 }  // namespace
 
@@ -302,291 +489,495 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sgn",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sgn),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sgn_out), k_sgn>::call)));
-  m.impl("add.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::add),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::add_out), k_add_Tensor>::call)));
+  m.impl("acos_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::acos_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::acos_), k_acos_>::call)));
+  m.impl("add.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::add_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::add_outf), k_add_out>::call)));
   m.impl("all.dim",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::all),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::all_out), k_all_dim>::call)));
+  m.impl("any.dim",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::any),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::any_out), k_any_dim>::call)));
   m.impl("argmax",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::meta::argmax),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::cpu::argmax_out), k_argmax>::call)));
-  m.impl("asinh",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::asinh),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::asinh_out), k_asinh>::call)));
-  m.impl("asin",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::asin),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::asin_out), k_asin>::call)));
-  m.impl("baddbmm",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::baddbmm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::baddbmm_out), k_baddbmm>::call)));
-  m.impl("copysign.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::copysign),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::copysign_out), k_copysign_Tensor>::call)));
+  m.impl("acosh",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::acosh),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::acosh_out), k_acosh>::call)));
+  m.impl("asinh_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::asinh_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::asinh_), k_asinh_>::call)));
+  m.impl("atanh.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::atanh_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::atanh_outf), k_atanh_out>::call)));
+  m.impl("atan",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::atan),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::atan_out), k_atan>::call)));
+  m.impl("baddbmm_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::baddbmm_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::baddbmm_), k_baddbmm_>::call)));
+  m.impl("bitwise_not.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::bitwise_not_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::bitwise_not_outf), k_bitwise_not_out>::call)));
+  m.impl("bmm",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bmm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bmm_out), k_bmm>::call)));
   m.impl("ceil",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::ceil),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::ceil_out), k_ceil>::call)));
-  m.impl("clamp_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::meta::clamp_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::cpu::clamp_), k_clamp_>::call)));
-  m.impl("clamp_max_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::clamp_max_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_max_), k_clamp_max_>::call)));
-  m.impl("clamp_min_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::clamp_min_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_min_), k_clamp_min_>::call)));
+  m.impl("clamp.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::meta::clamp),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::cpu::clamp_out), k_clamp_Tensor>::call)));
+  m.impl("clamp.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &, at::Tensor &)>(&at::meta::clamp_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &, at::Tensor &)>(&at::cpu::clamp_outf), k_clamp_Tensor_out>::call)));
+  m.impl("clamp_max_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::clamp_max_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_max_), k_clamp_max__Tensor>::call)));
+  m.impl("clamp_min.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::clamp_min),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_min_out), k_clamp_min_Tensor>::call)));
+  m.impl("clamp_min.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::clamp_min_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::clamp_min_outf), k_clamp_min_Tensor_out>::call)));
   m.impl("cosh",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::cosh),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::cosh_out), k_cosh>::call)));
-  m.impl("cumsum",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumsum),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumsum_out), k_cumsum>::call)));
+  m.impl("cumprod_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumprod_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumprod_), k_cumprod_>::call)));
+  m.impl("cumsum.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::meta::cumsum_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::cpu::cumsum_outf), k_cumsum_out>::call)));
   m.impl("div.Tensor_mode",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, ::std::optional<c10::string_view>)>(&at::meta::div),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, ::std::optional<c10::string_view>)>(&at::cpu::div_out), k_div_Tensor_mode>::call)));
-  m.impl("erfc",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::erfc),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::erfc_out), k_erfc>::call)));
+  m.impl("erf_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::erf_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::erf_), k_erf_>::call)));
+  m.impl("erfc.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::erfc_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::erfc_outf), k_erfc_out>::call)));
   m.impl("exp2",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::exp2),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::exp2_out), k_exp2>::call)));
-  m.impl("floor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::floor),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::floor_out), k_floor>::call)));
-  m.impl("gcd",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::gcd),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::gcd_out), k_gcd>::call)));
-  m.impl("index_copy_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::index_copy_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::index_copy_), k_index_copy_>::call)));
-  m.impl("isin.Scalar_Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Scalar &, const at::Tensor &, bool, bool)>(&at::meta::isin),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Tensor &, bool, bool)>(&at::cpu::isin_out), k_isin_Scalar_Tensor>::call)));
-  m.impl("log10_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::log10_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::log10_), k_log10_>::call)));
-  m.impl("log2_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::log2_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::log2_), k_log2_>::call)));
+  m.impl("expm1_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::expm1_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::expm1_), k_expm1_>::call)));
+  m.impl("floor.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::floor_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::floor_outf), k_floor_out>::call)));
+  m.impl("gcd.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::gcd_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::gcd_outf), k_gcd_out>::call)));
+  m.impl("lcm",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::lcm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lcm_out), k_lcm>::call)));
+  m.impl("index_copy",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::index_copy),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::index_copy_out), k_index_copy>::call)));
+  m.impl("isin.Tensor_Scalar",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, bool, bool)>(&at::meta::isin),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, bool, bool)>(&at::cpu::isin_out), k_isin_Tensor_Scalar>::call)));
+  m.impl("log_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::log_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::log_), k_log_>::call)));
+  m.impl("log10.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::log10_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::log10_outf), k_log10_out>::call)));
+  m.impl("log2",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::log2),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::log2_out), k_log2>::call)));
+  m.impl("logaddexp",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::logaddexp),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::logaddexp_out), k_logaddexp>::call)));
   m.impl("xlogy_.Tensor",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::xlogy_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::xlogy_), k_xlogy__Tensor>::call)));
+  m.impl("_log_softmax_backward_data",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType)>(&at::meta::_log_softmax_backward_data),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType)>(&at::cpu::_log_softmax_backward_data_out), k__log_softmax_backward_data>::call)));
   m.impl("max.dim",
          TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, int64_t, bool)>(&at::meta::max),
                    static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::max_out), k_max_dim>::call)));
+  m.impl("mean.dim",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::meta::mean),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::cpu::mean_out), k_mean_dim>::call)));
   m.impl("amin",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool)>(&at::meta::amin),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool)>(&at::cpu::amin_out), k_amin>::call)));
-  m.impl("reciprocal",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::reciprocal),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::reciprocal_out), k_reciprocal>::call)));
-  m.impl("round",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::round),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::round_out), k_round>::call)));
+  m.impl("mul.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::mul),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::mul_out), k_mul_Tensor>::call)));
+  m.impl("reciprocal_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::reciprocal_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::reciprocal_), k_reciprocal_>::call)));
+  m.impl("neg.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::neg_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::neg_outf), k_neg_out>::call)));
+  m.impl("round.decimals",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::round),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::round_out), k_round_decimals>::call)));
   m.impl("gelu_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, c10::string_view)>(&at::meta::gelu_),
                    static_cast<at::Tensor & (*)(at::Tensor &, c10::string_view)>(&at::cpu::gelu_), k_gelu_>::call)));
-  m.impl("hardshrink_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::hardshrink_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::hardshrink_backward_out), k_hardshrink_backward>::call)));
+  m.impl("hardshrink.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::hardshrink_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::hardshrink_outf), k_hardshrink_out>::call)));
+  m.impl("rsqrt",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::rsqrt),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::rsqrt_out), k_rsqrt>::call)));
   m.impl("silu_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::silu_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::silu_), k_silu_>::call)));
-  m.impl("sigmoid",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sigmoid),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sigmoid_out), k_sigmoid>::call)));
-  m.impl("sinc",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sinc),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sinc_out), k_sinc>::call)));
-  m.impl("_softmax",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::_softmax),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::_softmax_out), k__softmax>::call)));
-  m.impl("sqrt",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sqrt),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sqrt_out), k_sqrt>::call)));
-  m.impl("tan_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::tan_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::tan_), k_tan_>::call)));
-  m.impl("threshold_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::threshold_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::threshold_), k_threshold_>::call)));
-  m.impl("norm.ScalarOpt_dim_dtype",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::ScalarType)>(&at::meta::norm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::ScalarType)>(&at::cpu::norm_out), k_norm_ScalarOpt_dim_dtype>::call)));
-  m.impl("heaviside",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::heaviside),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::heaviside_out), k_heaviside>::call)));
+  m.impl("mish",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::mish),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::mish_out), k_mish>::call)));
+  m.impl("sigmoid_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sigmoid_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sigmoid_), k_sigmoid_>::call)));
+  m.impl("sin.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::sin_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::sin_outf), k_sin_out>::call)));
+  m.impl("sinh",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sinh),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sinh_out), k_sinh>::call)));
+  m.impl("_softmax.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::meta::_softmax_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::cpu::_softmax_outf), k__softmax_out>::call)));
+  m.impl("sum.IntList_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::meta::sum_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::cpu::sum_outf), k_sum_IntList_out>::call)));
+  m.impl("sqrt_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sqrt_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sqrt_), k_sqrt_>::call)));
+  m.impl("tan",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::tan),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::tan_out), k_tan>::call)));
+  m.impl("tanh_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::tanh_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::tanh_), k_tanh_>::call)));
+  m.impl("threshold.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::meta::threshold_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::cpu::threshold_outf), k_threshold_out>::call)));
+  m.impl("trunc_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::trunc_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::trunc_), k_trunc_>::call)));
+  m.impl("norm.dtype_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::ScalarType, at::Tensor &)>(&at::meta::norm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::ScalarType, at::Tensor &)>(&at::cpu::norm_outf), k_norm_dtype_out>::call)));
+  m.impl("sub_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::sub_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::sub_), k_sub__Tensor>::call)));
+  m.impl("addmm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::meta::addmm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::cpu::addmm_outf), k_addmm_out>::call)));
   m.impl("_addmm_activation",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, bool)>(&at::meta::_addmm_activation),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, bool)>(&at::cpu::_addmm_activation_out), k__addmm_activation>::call)));
-  m.impl("index_reduce",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::index_reduce),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::index_reduce_out), k_index_reduce>::call)));
-  m.impl("scatter_.value",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::meta::scatter_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::cpu::scatter_), k_scatter__value>::call)));
-  m.impl("scatter_.value_reduce",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::meta::scatter_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::cpu::scatter_), k_scatter__value_reduce>::call)));
-  m.impl("scatter_reduce_.two",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::scatter_reduce_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::scatter_reduce_), k_scatter_reduce__two>::call)));
-  m.impl("bitwise_and_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_and_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_and_), k_bitwise_and__Tensor>::call)));
-  m.impl("bitwise_xor_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_xor_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_xor_), k_bitwise_xor__Tensor>::call)));
+  m.impl("index_reduce.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool, at::Tensor &)>(&at::meta::index_reduce_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool, at::Tensor &)>(&at::cpu::index_reduce_outf), k_index_reduce_out>::call)));
+  m.impl("scatter_.src",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_), k_scatter__src>::call)));
+  m.impl("scatter.value_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::scatter_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::scatter_outf), k_scatter_value_out>::call)));
+  m.impl("scatter.value_reduce",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::meta::scatter),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::cpu::scatter_out), k_scatter_value_reduce>::call)));
+  m.impl("scatter_add_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter_add_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_add_), k_scatter_add_>::call)));
+  m.impl("scatter_reduce.two_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool, at::Tensor &)>(&at::meta::scatter_reduce_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool, at::Tensor &)>(&at::cpu::scatter_reduce_outf), k_scatter_reduce_two_out>::call)));
+  m.impl("bitwise_and.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_and),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_and_out), k_bitwise_and_Tensor>::call)));
+  m.impl("bitwise_or_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_or_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_or_), k_bitwise_or__Tensor>::call)));
+  m.impl("bitwise_left_shift.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_left_shift),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_left_shift_out), k_bitwise_left_shift_Tensor>::call)));
   m.impl("bitwise_right_shift_.Tensor",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_right_shift_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_right_shift_), k_bitwise_right_shift__Tensor>::call)));
-  m.impl("lerp_.Scalar",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::lerp_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::lerp_), k_lerp__Scalar>::call)));
+  m.impl("digamma_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::digamma_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::digamma_), k_digamma_>::call)));
+  m.impl("triu",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::triu),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::triu_out), k_triu>::call)));
   m.impl("ne.Scalar",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::ne),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::ne_out), k_ne_Scalar>::call)));
-  m.impl("eq.Scalar",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::eq),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::eq_out), k_eq_Scalar>::call)));
-  m.impl("ge_.Scalar",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::ge_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::ge_), k_ge__Scalar>::call)));
-  m.impl("le_.Scalar",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::le_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::le_), k_le__Scalar>::call)));
-  m.impl("gt_.Scalar",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::gt_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::gt_), k_gt__Scalar>::call)));
-  m.impl("lt_.Scalar",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::lt_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::lt_), k_lt__Scalar>::call)));
-  m.impl("addcmul_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcmul_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcmul_), k_addcmul_>::call)));
-  m.impl("lu_unpack",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::lu_unpack),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::lu_unpack_out), k_lu_unpack>::call)));
-  m.impl("polygamma",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(int64_t, const at::Tensor &)>(&at::meta::polygamma),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &)>(&at::cpu::polygamma_out), k_polygamma>::call)));
+  m.impl("ne_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::ne_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::ne_), k_ne__Tensor>::call)));
+  m.impl("eq.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::eq),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::eq_out), k_eq_Tensor>::call)));
+  m.impl("ge.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::ge),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::ge_out), k_ge_Tensor>::call)));
+  m.impl("le.Scalar",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::le),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::le_out), k_le_Scalar>::call)));
+  m.impl("le_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::le_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::le_), k_le__Tensor>::call)));
+  m.impl("gt.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::gt),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::gt_out), k_gt_Tensor>::call)));
+  m.impl("lt.Scalar",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::lt),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::lt_out), k_lt_Scalar>::call)));
+  m.impl("lt_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::lt_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::lt_), k_lt__Tensor>::call)));
+  m.impl("addcmul",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcmul),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcmul_out), k_addcmul>::call)));
+  m.impl("addcdiv_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcdiv_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcdiv_), k_addcdiv_>::call)));
+  m.impl("lu_unpack.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::lu_unpack_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::lu_unpack_outf), k_lu_unpack_out>::call)));
+  m.impl("digamma.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::digamma_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::digamma_outf), k_digamma_out>::call)));
+  m.impl("erfinv",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::erfinv),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::erfinv_out), k_erfinv>::call)));
   m.impl("i0_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::i0_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::i0_), k_i0_>::call)));
+  m.impl("sign.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::sign_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::sign_outf), k_sign_out>::call)));
   m.impl("atan2_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::atan2_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::atan2_), k_atan2_>::call)));
-  m.impl("fmod.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::fmod),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::fmod_out), k_fmod_Tensor>::call)));
-  m.impl("igamma",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::igamma),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::igamma_out), k_igamma>::call)));
-  m.impl("nextafter",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::nextafter),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::nextafter_out), k_nextafter>::call)));
+  m.impl("lerp.Scalar",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::lerp),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::lerp_out), k_lerp_Scalar>::call)));
+  m.impl("fmod_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::fmod_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::fmod_), k_fmod__Tensor>::call)));
+  m.impl("igamma.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::igamma_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::igamma_outf), k_igamma_out>::call)));
+  m.impl("igammac",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::igammac),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::igammac_out), k_igammac>::call)));
+  m.impl("nextafter_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::nextafter_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::nextafter_), k_nextafter_>::call)));
   m.impl("fmin",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::fmin),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::fmin_out), k_fmin>::call)));
-  m.impl("sort.stable",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, ::std::optional<bool>, int64_t, bool)>(&at::meta::sort),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, ::std::optional<bool>, int64_t, bool)>(&at::cpu::sort_out), k_sort_stable>::call)));
-  m.impl("renorm",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::meta::renorm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::cpu::renorm_out), k_renorm>::call)));
+  m.impl("maximum",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::maximum),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::maximum_out), k_maximum>::call)));
+  m.impl("sort.values_stable",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, ::std::optional<bool>, int64_t, bool, at::Tensor &, at::Tensor &)>(&at::meta::sort_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, ::std::optional<bool>, int64_t, bool, at::Tensor &, at::Tensor &)>(&at::cpu::sort_outf), k_sort_values_stable>::call)));
+  m.impl("all",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::all),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::all_out), k_all>::call)));
+  m.impl("renorm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &, at::Tensor &)>(&at::meta::renorm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &, at::Tensor &)>(&at::cpu::renorm_outf), k_renorm_out>::call)));
+  m.impl("pow.Tensor_Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::pow),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::pow_out), k_pow_Tensor_Tensor>::call)));
   m.impl("pow.Tensor_Scalar",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::pow),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::pow_out), k_pow_Tensor_Scalar>::call)));
-  m.impl("_convert_indices_from_csr_to_coo",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::_convert_indices_from_csr_to_coo),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::_convert_indices_from_csr_to_coo_out), k__convert_indices_from_csr_to_coo>::call)));
-  m.impl("elu_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &)>(&at::meta::elu_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &)>(&at::cpu::elu_backward_out), k_elu_backward>::call)));
+  m.impl("_convert_indices_from_coo_to_csr.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::meta::_convert_indices_from_coo_to_csr_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::cpu::_convert_indices_from_coo_to_csr_outf), k__convert_indices_from_coo_to_csr_out>::call)));
+  m.impl("nll_loss_forward",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t)>(&at::meta::nll_loss_forward),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t)>(&at::cpu::nll_loss_forward_out), k_nll_loss_forward>::call)));
+  m.impl("elu",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::meta::elu),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::cpu::elu_out), k_elu>::call)));
+  m.impl("glu.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::meta::glu_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::cpu::glu_outf), k_glu_out>::call)));
   m.impl("hardsigmoid_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::hardsigmoid_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::hardsigmoid_), k_hardsigmoid_>::call)));
-  m.impl("leaky_relu_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::leaky_relu_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::leaky_relu_), k_leaky_relu_>::call)));
-  m.impl("softshrink_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::softshrink_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::softshrink_backward_out), k_softshrink_backward>::call)));
-  m.impl("adaptive_max_pool3d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::adaptive_max_pool3d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::adaptive_max_pool3d_backward_out), k_adaptive_max_pool3d_backward>::call)));
-  m.impl("avg_pool3d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool3d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool3d_backward_out), k_avg_pool3d_backward>::call)));
-  m.impl("max_pool2d_with_indices",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool)>(&at::meta::max_pool2d_with_indices),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool)>(&at::cpu::max_pool2d_with_indices_out), k_max_pool2d_with_indices>::call)));
-  m.impl("reflection_pad3d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad3d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad3d_out), k_reflection_pad3d>::call)));
-  m.impl("replication_pad2d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad2d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad2d_out), k_replication_pad2d>::call)));
-  m.impl("upsample_bilinear2d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bilinear2d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bilinear2d_out), k_upsample_bilinear2d>::call)));
-  m.impl("upsample_bicubic2d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bicubic2d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bicubic2d_out), k_upsample_bicubic2d>::call)));
-  m.impl("_upsample_lanczos2d_aa",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_lanczos2d_aa),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_lanczos2d_aa_out), k__upsample_lanczos2d_aa>::call)));
+  m.impl("leaky_relu",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::leaky_relu),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::leaky_relu_out), k_leaky_relu>::call)));
+  m.impl("softplus.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::meta::softplus_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::cpu::softplus_outf), k_softplus_out>::call)));
+  m.impl("softshrink.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::softshrink_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::softshrink_outf), k_softshrink_out>::call)));
+  m.impl("adaptive_max_pool2d.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &, at::Tensor &)>(&at::meta::adaptive_max_pool2d_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &, at::Tensor &)>(&at::cpu::adaptive_max_pool2d_outf), k_adaptive_max_pool2d_out>::call)));
+  m.impl("adaptive_max_pool3d.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &, at::Tensor &)>(&at::meta::adaptive_max_pool3d_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &, at::Tensor &)>(&at::cpu::adaptive_max_pool3d_outf), k_adaptive_max_pool3d_out>::call)));
+  m.impl("avg_pool2d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::meta::avg_pool2d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::cpu::avg_pool2d_outf), k_avg_pool2d_out>::call)));
+  m.impl("avg_pool3d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::meta::avg_pool3d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::cpu::avg_pool3d_outf), k_avg_pool3d_out>::call)));
+  m.impl("fractional_max_pool2d.output",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::fractional_max_pool2d_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::fractional_max_pool2d_outf), k_fractional_max_pool2d_output>::call)));
+  m.impl("fractional_max_pool3d.output",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::fractional_max_pool3d_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::fractional_max_pool3d_outf), k_fractional_max_pool3d_output>::call)));
+  m.impl("max_pool2d_with_indices_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, const at::Tensor &, at::Tensor &)>(&at::meta::max_pool2d_with_indices_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, const at::Tensor &, at::Tensor &)>(&at::cpu::max_pool2d_with_indices_backward_outf), k_max_pool2d_with_indices_backward_grad_input>::call)));
+  m.impl("reflection_pad1d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::reflection_pad1d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::reflection_pad1d_backward_outf), k_reflection_pad1d_backward_grad_input>::call)));
+  m.impl("reflection_pad3d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::reflection_pad3d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::reflection_pad3d_backward_outf), k_reflection_pad3d_backward_grad_input>::call)));
+  m.impl("replication_pad1d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::replication_pad1d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::replication_pad1d_backward_outf), k_replication_pad1d_backward_grad_input>::call)));
+  m.impl("replication_pad3d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::replication_pad3d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::replication_pad3d_outf), k_replication_pad3d_out>::call)));
+  m.impl("upsample_linear1d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_linear1d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_linear1d_backward_outf), k_upsample_linear1d_backward_grad_input>::call)));
+  m.impl("upsample_bilinear2d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_bilinear2d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_bilinear2d_backward_outf), k_upsample_bilinear2d_backward_grad_input>::call)));
+  m.impl("_upsample_bilinear2d_aa_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_bilinear2d_aa_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_bilinear2d_aa_backward_outf), k__upsample_bilinear2d_aa_backward_grad_input>::call)));
+  m.impl("upsample_bicubic2d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_bicubic2d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_bicubic2d_backward_outf), k_upsample_bicubic2d_backward_grad_input>::call)));
+  m.impl("_upsample_bicubic2d_aa_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_bicubic2d_aa_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_bicubic2d_aa_backward_outf), k__upsample_bicubic2d_aa_backward_grad_input>::call)));
+  m.impl("_upsample_lanczos2d_aa_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_lanczos2d_aa_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_lanczos2d_aa_backward_outf), k__upsample_lanczos2d_aa_backward_grad_input>::call)));
+  m.impl("upsample_trilinear3d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_trilinear3d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_trilinear3d_backward_outf), k_upsample_trilinear3d_backward_grad_input>::call)));
   m.impl("upsample_nearest1d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::meta::upsample_nearest1d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::upsample_nearest1d_out), k_upsample_nearest1d>::call)));
+  m.impl("upsample_nearest1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::meta::upsample_nearest1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::upsample_nearest1d_backward_out), k_upsample_nearest1d_backward>::call)));
   m.impl("upsample_nearest2d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest2d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest2d_out), k_upsample_nearest2d>::call)));
+  m.impl("upsample_nearest2d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest2d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest2d_backward_out), k_upsample_nearest2d_backward>::call)));
   m.impl("upsample_nearest3d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest3d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest3d_out), k_upsample_nearest3d>::call)));
-  m.impl("sigmoid_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::sigmoid_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::sigmoid_backward_out), k_sigmoid_backward>::call)));
-  m.impl("isposinf",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::isposinf),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::isposinf_out), k_isposinf>::call)));
-  m.impl("special_log_ndtr",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_log_ndtr),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_log_ndtr_out), k_special_log_ndtr>::call)));
-  m.impl("special_i0e",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i0e),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i0e_out), k_special_i0e>::call)));
-  m.impl("linalg_cross",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, int64_t)>(&at::meta::linalg_cross),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::linalg_cross_out), k_linalg_cross>::call)));
-  m.impl("_linalg_det",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &)>(&at::meta::_linalg_det),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &)>(&at::cpu::_linalg_det_out), k__linalg_det>::call)));
-  m.impl("_linalg_eigh",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, c10::string_view, bool)>(&at::meta::_linalg_eigh),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::_linalg_eigh_out), k__linalg_eigh>::call)));
-  m.impl("_linalg_solve_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::_linalg_solve_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::_linalg_solve_ex_out), k__linalg_solve_ex>::call)));
-  m.impl("special_bessel_j1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_j1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_j1_out), k_special_bessel_j1>::call)));
-  m.impl("special_chebyshev_polynomial_u",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_u),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_u_out), k_special_chebyshev_polynomial_u>::call)));
-  m.impl("special_hermite_polynomial_he",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_hermite_polynomial_he),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_hermite_polynomial_he_out), k_special_hermite_polynomial_he>::call)));
-  m.impl("special_modified_bessel_i1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_i1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_i1_out), k_special_modified_bessel_i1>::call)));
-  m.impl("special_scaled_modified_bessel_k1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k1_out), k_special_scaled_modified_bessel_k1>::call)));
-  m.impl("special_shifted_chebyshev_polynomial_w",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_w),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_w_out), k_special_shifted_chebyshev_polynomial_w>::call)));
+  m.impl("upsample_nearest3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest3d_backward_out), k_upsample_nearest3d_backward>::call)));
+  m.impl("logit_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, ::std::optional<double>, at::Tensor &)>(&at::meta::logit_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, ::std::optional<double>, at::Tensor &)>(&at::cpu::logit_backward_outf), k_logit_backward_grad_input>::call)));
+  m.impl("slow_conv_transpose2d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::Tensor &)>(&at::meta::slow_conv_transpose2d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::Tensor &)>(&at::cpu::slow_conv_transpose2d_outf), k_slow_conv_transpose2d_out>::call)));
+  m.impl("isneginf",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::isneginf),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::isneginf_out), k_isneginf>::call)));
+  m.impl("special_ndtri",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_ndtri),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_ndtri_out), k_special_ndtri>::call)));
+  m.impl("special_erfcx",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_erfcx),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_erfcx_out), k_special_erfcx>::call)));
+  m.impl("special_zeta",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_zeta),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_zeta_out), k_special_zeta>::call)));
+  m.impl("special_i1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i1_out), k_special_i1>::call)));
+  m.impl("linalg_cholesky_ex",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_cholesky_ex),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_cholesky_ex_out), k_linalg_cholesky_ex>::call)));
+  m.impl("linalg_lu_factor_ex",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_lu_factor_ex),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_lu_factor_ex_out), k_linalg_lu_factor_ex>::call)));
+  m.impl("linalg_lu_solve",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::linalg_lu_solve),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_lu_solve_out), k_linalg_lu_solve>::call)));
+  m.impl("linalg_ldl_factor_ex",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_ldl_factor_ex),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_ldl_factor_ex_out), k_linalg_ldl_factor_ex>::call)));
+  m.impl("_linalg_slogdet",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &)>(&at::meta::_linalg_slogdet),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &)>(&at::cpu::_linalg_slogdet_out), k__linalg_slogdet>::call)));
+  m.impl("linalg_inv_ex",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, bool)>(&at::meta::linalg_inv_ex),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, bool)>(&at::cpu::linalg_inv_ex_out), k_linalg_inv_ex>::call)));
+  m.impl("_linalg_svd",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool, ::std::optional<c10::string_view>)>(&at::meta::_linalg_svd),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool, ::std::optional<c10::string_view>)>(&at::cpu::_linalg_svd_out), k__linalg_svd>::call)));
+  m.impl("linalg_qr",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, c10::string_view)>(&at::meta::linalg_qr),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::linalg_qr_out), k_linalg_qr>::call)));
+  m.impl("special_bessel_j0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_j0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_j0_out), k_special_bessel_j0>::call)));
+  m.impl("special_bessel_y0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_y0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_y0_out), k_special_bessel_y0>::call)));
+  m.impl("special_chebyshev_polynomial_t",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_t),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_t_out), k_special_chebyshev_polynomial_t>::call)));
+  m.impl("special_chebyshev_polynomial_v",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_v),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_v_out), k_special_chebyshev_polynomial_v>::call)));
+  m.impl("special_hermite_polynomial_h",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_hermite_polynomial_h),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_hermite_polynomial_h_out), k_special_hermite_polynomial_h>::call)));
+  m.impl("special_laguerre_polynomial_l",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_laguerre_polynomial_l),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_laguerre_polynomial_l_out), k_special_laguerre_polynomial_l>::call)));
+  m.impl("special_modified_bessel_i0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_i0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_i0_out), k_special_modified_bessel_i0>::call)));
+  m.impl("special_modified_bessel_k0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_k0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_k0_out), k_special_modified_bessel_k0>::call)));
+  m.impl("special_scaled_modified_bessel_k0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k0_out), k_special_scaled_modified_bessel_k0>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_t",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_t),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_t_out), k_special_shifted_chebyshev_polynomial_t>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_v",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_v),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_v_out), k_special_shifted_chebyshev_polynomial_v>::call)));
+  m.impl("special_spherical_bessel_j0",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_spherical_bessel_j0),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_spherical_bessel_j0_out), k_special_spherical_bessel_j0>::call)));
 }
 
 }  // namespace torch_neuronx::structured

@@ -3,44 +3,80 @@
 // aten/structured_kernel.h.
 #include <torch/library.h>
 
-#include <ATen/ops/_log_softmax_cpu_dispatch.h>
-#include <ATen/ops/_log_softmax_meta_dispatch.h>
+#include <ATen/ops/_convert_indices_from_csr_to_coo_cpu_dispatch.h>
+#include <ATen/ops/_convert_indices_from_csr_to_coo_meta_dispatch.h>
+#include <ATen/ops/_linalg_slogdet_cpu_dispatch.h>
+#include <ATen/ops/_linalg_slogdet_meta_dispatch.h>
+#include <ATen/ops/_linalg_svd_cpu_dispatch.h>
+#include <ATen/ops/_linalg_svd_meta_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
 #include <ATen/ops/_softmax_backward_data_cpu_dispatch.h>
 #include <ATen/ops/_softmax_backward_data_meta_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_lanczos2d_aa_backward_cpu_dispatch.h>
 #include <ATen/ops/_upsample_lanczos2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact1d_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact1d_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact1d_cpu_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact1d_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact2d_cpu_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact2d_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_backward_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_cpu_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_meta_dispatch.h>
+#include <ATen/ops/acos_cpu_dispatch.h>
+#include <ATen/ops/acos_meta_dispatch.h>
+#include <ATen/ops/acosh_cpu_dispatch.h>
+#include <ATen/ops/acosh_meta_dispatch.h>
 #include <ATen/ops/adaptive_max_pool2d_cpu_dispatch.h>
 #include <ATen/ops/adaptive_max_pool2d_meta_dispatch.h>
-#include <ATen/ops/add_cpu_dispatch.h>
-#include <ATen/ops/add_meta_dispatch.h>
-#include <ATen/ops/addcdiv_cpu_dispatch.h>
-#include <ATen/ops/addcdiv_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_meta_dispatch.h>
+#include <ATen/ops/addcmul_cpu_dispatch.h>
+#include <ATen/ops/addcmul_meta_dispatch.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/addmm_meta_dispatch.h>
+#include <ATen/ops/addmv_cpu_dispatch.h>
+#include <ATen/ops/addmv_meta_dispatch.h>
 #include <ATen/ops/all_cpu_dispatch.h>
 #include <ATen/ops/all_meta_dispatch.h>
-#include <ATen/ops/amax_cpu_dispatch.h>
-#include <ATen/ops/amax_meta_dispatch.h>
-#include <ATen/ops/argmin_cpu_dispatch.h>
-#include <ATen/ops/argmin_meta_dispatch.h>
+#include <ATen/ops/amin_cpu_dispatch.h>
+#include <ATen/ops/amin_meta_dispatch.h>
+#include <ATen/ops/any_cpu_dispatch.h>
+#include <ATen/ops/any_meta_dispatch.h>
+#include <ATen/ops/argmax_cpu_dispatch.h>
+#include <ATen/ops/argmax_meta_dispatch.h>
 #include <ATen/ops/asin_cpu_dispatch.h>
 #include <ATen/ops/asin_meta_dispatch.h>
 #include <ATen/ops/asinh_cpu_dispatch.h>
 #include <ATen/ops/asinh_meta_dispatch.h>
 #include <ATen/ops/atan2_cpu_dispatch.h>
 #include <ATen/ops/atan2_meta_dispatch.h>
+#include <ATen/ops/atan_cpu_dispatch.h>
+#include <ATen/ops/atan_meta_dispatch.h>
 #include <ATen/ops/avg_pool2d_cpu_dispatch.h>
 #include <ATen/ops/avg_pool2d_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_cpu_dispatch.h>
+#include <ATen/ops/avg_pool3d_meta_dispatch.h>
 #include <ATen/ops/baddbmm_cpu_dispatch.h>
 #include <ATen/ops/baddbmm_meta_dispatch.h>
+#include <ATen/ops/bitwise_and_cpu_dispatch.h>
+#include <ATen/ops/bitwise_and_meta_dispatch.h>
 #include <ATen/ops/bitwise_left_shift_cpu_dispatch.h>
 #include <ATen/ops/bitwise_left_shift_meta_dispatch.h>
-#include <ATen/ops/bitwise_or_cpu_dispatch.h>
-#include <ATen/ops/bitwise_or_meta_dispatch.h>
+#include <ATen/ops/bitwise_right_shift_cpu_dispatch.h>
+#include <ATen/ops/bitwise_right_shift_meta_dispatch.h>
+#include <ATen/ops/bitwise_xor_cpu_dispatch.h>
+#include <ATen/ops/bitwise_xor_meta_dispatch.h>
+#include <ATen/ops/bmm_cpu_dispatch.h>
+#include <ATen/ops/bmm_meta_dispatch.h>
 #include <ATen/ops/ceil_cpu_dispatch.h>
 #include <ATen/ops/ceil_meta_dispatch.h>
 #include <ATen/ops/clamp_cpu_dispatch.h>
@@ -51,94 +87,140 @@
 #include <ATen/ops/clamp_min_meta_dispatch.h>
 #include <ATen/ops/copysign_cpu_dispatch.h>
 #include <ATen/ops/copysign_meta_dispatch.h>
+#include <ATen/ops/cos_cpu_dispatch.h>
+#include <ATen/ops/cos_meta_dispatch.h>
 #include <ATen/ops/cosh_cpu_dispatch.h>
 #include <ATen/ops/cosh_meta_dispatch.h>
-#include <ATen/ops/cumsum_cpu_dispatch.h>
-#include <ATen/ops/cumsum_meta_dispatch.h>
+#include <ATen/ops/cumprod_cpu_dispatch.h>
+#include <ATen/ops/cumprod_meta_dispatch.h>
+#include <ATen/ops/digamma_cpu_dispatch.h>
+#include <ATen/ops/digamma_meta_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
-#include <ATen/ops/elu_cpu_dispatch.h>
-#include <ATen/ops/elu_meta_dispatch.h>
+#include <ATen/ops/elu_backward_cpu_dispatch.h>
+#include <ATen/ops/elu_backward_meta_dispatch.h>
 #include <ATen/ops/eq_cpu_dispatch.h>
 #include <ATen/ops/eq_meta_dispatch.h>
-#include <ATen/ops/erfc_cpu_dispatch.h>
-#include <ATen/ops/erfc_meta_dispatch.h>
+#include <ATen/ops/erf_cpu_dispatch.h>
+#include <ATen/ops/erf_meta_dispatch.h>
 #include <ATen/ops/erfinv_cpu_dispatch.h>
 #include <ATen/ops/erfinv_meta_dispatch.h>
 #include <ATen/ops/exp2_cpu_dispatch.h>
 #include <ATen/ops/exp2_meta_dispatch.h>
-#include <ATen/ops/floor_cpu_dispatch.h>
-#include <ATen/ops/floor_meta_dispatch.h>
-#include <ATen/ops/fmax_cpu_dispatch.h>
-#include <ATen/ops/fmax_meta_dispatch.h>
-#include <ATen/ops/fmod_cpu_dispatch.h>
-#include <ATen/ops/fmod_meta_dispatch.h>
+#include <ATen/ops/exp_cpu_dispatch.h>
+#include <ATen/ops/exp_meta_dispatch.h>
+#include <ATen/ops/expm1_cpu_dispatch.h>
+#include <ATen/ops/expm1_meta_dispatch.h>
+#include <ATen/ops/fmin_cpu_dispatch.h>
+#include <ATen/ops/fmin_meta_dispatch.h>
+#include <ATen/ops/frac_cpu_dispatch.h>
+#include <ATen/ops/frac_meta_dispatch.h>
 #include <ATen/ops/fractional_max_pool2d_cpu_dispatch.h>
 #include <ATen/ops/fractional_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_cpu_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_meta_dispatch.h>
+#include <ATen/ops/gather_cpu_dispatch.h>
+#include <ATen/ops/gather_meta_dispatch.h>
 #include <ATen/ops/gcd_cpu_dispatch.h>
 #include <ATen/ops/gcd_meta_dispatch.h>
 #include <ATen/ops/ge_cpu_dispatch.h>
 #include <ATen/ops/ge_meta_dispatch.h>
 #include <ATen/ops/gelu_cpu_dispatch.h>
 #include <ATen/ops/gelu_meta_dispatch.h>
+#include <ATen/ops/glu_cpu_dispatch.h>
+#include <ATen/ops/glu_meta_dispatch.h>
 #include <ATen/ops/gt_cpu_dispatch.h>
 #include <ATen/ops/gt_meta_dispatch.h>
+#include <ATen/ops/hardshrink_cpu_dispatch.h>
+#include <ATen/ops/hardshrink_meta_dispatch.h>
 #include <ATen/ops/hardsigmoid_backward_cpu_dispatch.h>
 #include <ATen/ops/hardsigmoid_backward_meta_dispatch.h>
+#include <ATen/ops/hash_tensor_cpu_dispatch.h>
+#include <ATen/ops/hash_tensor_meta_dispatch.h>
 #include <ATen/ops/heaviside_cpu_dispatch.h>
 #include <ATen/ops/heaviside_meta_dispatch.h>
+#include <ATen/ops/hypot_cpu_dispatch.h>
+#include <ATen/ops/hypot_meta_dispatch.h>
+#include <ATen/ops/i0_cpu_dispatch.h>
+#include <ATen/ops/i0_meta_dispatch.h>
 #include <ATen/ops/igamma_cpu_dispatch.h>
 #include <ATen/ops/igamma_meta_dispatch.h>
+#include <ATen/ops/igammac_cpu_dispatch.h>
+#include <ATen/ops/igammac_meta_dispatch.h>
 #include <ATen/ops/index_add_cpu_dispatch.h>
 #include <ATen/ops/index_add_meta_dispatch.h>
-#include <ATen/ops/index_copy_cpu_dispatch.h>
-#include <ATen/ops/index_copy_meta_dispatch.h>
+#include <ATen/ops/index_reduce_cpu_dispatch.h>
+#include <ATen/ops/index_reduce_meta_dispatch.h>
+#include <ATen/ops/isin_cpu_dispatch.h>
+#include <ATen/ops/isin_meta_dispatch.h>
 #include <ATen/ops/isneginf_cpu_dispatch.h>
 #include <ATen/ops/isneginf_meta_dispatch.h>
+#include <ATen/ops/lcm_cpu_dispatch.h>
+#include <ATen/ops/lcm_meta_dispatch.h>
 #include <ATen/ops/le_cpu_dispatch.h>
 #include <ATen/ops/le_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_cpu_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_meta_dispatch.h>
 #include <ATen/ops/lerp_cpu_dispatch.h>
 #include <ATen/ops/lerp_meta_dispatch.h>
 #include <ATen/ops/lgamma_cpu_dispatch.h>
 #include <ATen/ops/lgamma_meta_dispatch.h>
+#include <ATen/ops/linalg_cholesky_ex_cpu_dispatch.h>
+#include <ATen/ops/linalg_cholesky_ex_meta_dispatch.h>
 #include <ATen/ops/linalg_inv_ex_cpu_dispatch.h>
 #include <ATen/ops/linalg_inv_ex_meta_dispatch.h>
 #include <ATen/ops/linalg_ldl_factor_ex_cpu_dispatch.h>
 #include <ATen/ops/linalg_ldl_factor_ex_meta_dispatch.h>
 #include <ATen/ops/linalg_lu_factor_ex_cpu_dispatch.h>
 #include <ATen/ops/linalg_lu_factor_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_solve_cpu_dispatch.h>
+#include <ATen/ops/linalg_lu_solve_meta_dispatch.h>
 #include <ATen/ops/linalg_qr_cpu_dispatch.h>
 #include <ATen/ops/linalg_qr_meta_dispatch.h>
 #include <ATen/ops/log1p_cpu_dispatch.h>
 #include <ATen/ops/log1p_meta_dispatch.h>
+#include <ATen/ops/log2_cpu_dispatch.h>
+#include <ATen/ops/log2_meta_dispatch.h>
 #include <ATen/ops/log_cpu_dispatch.h>
 #include <ATen/ops/log_meta_dispatch.h>
-#include <ATen/ops/logaddexp_cpu_dispatch.h>
-#include <ATen/ops/logaddexp_meta_dispatch.h>
+#include <ATen/ops/logaddexp2_cpu_dispatch.h>
+#include <ATen/ops/logaddexp2_meta_dispatch.h>
 #include <ATen/ops/logit_backward_cpu_dispatch.h>
 #include <ATen/ops/logit_backward_meta_dispatch.h>
 #include <ATen/ops/lt_cpu_dispatch.h>
 #include <ATen/ops/lt_meta_dispatch.h>
+#include <ATen/ops/max_cpu_dispatch.h>
+#include <ATen/ops/max_meta_dispatch.h>
 #include <ATen/ops/max_pool2d_with_indices_backward_cpu_dispatch.h>
 #include <ATen/ops/max_pool2d_with_indices_backward_meta_dispatch.h>
-#include <ATen/ops/mm_cpu_dispatch.h>
-#include <ATen/ops/mm_meta_dispatch.h>
+#include <ATen/ops/maximum_cpu_dispatch.h>
+#include <ATen/ops/maximum_meta_dispatch.h>
+#include <ATen/ops/mean_cpu_dispatch.h>
+#include <ATen/ops/mean_meta_dispatch.h>
+#include <ATen/ops/mish_cpu_dispatch.h>
+#include <ATen/ops/mish_meta_dispatch.h>
+#include <ATen/ops/mul_cpu_dispatch.h>
+#include <ATen/ops/mul_meta_dispatch.h>
 #include <ATen/ops/ne_cpu_dispatch.h>
 #include <ATen/ops/ne_meta_dispatch.h>
-#include <ATen/ops/nextafter_cpu_dispatch.h>
-#include <ATen/ops/nextafter_meta_dispatch.h>
-#include <ATen/ops/nll_loss_forward_cpu_dispatch.h>
-#include <ATen/ops/nll_loss_forward_meta_dispatch.h>
+#include <ATen/ops/nll_loss_backward_cpu_dispatch.h>
+#include <ATen/ops/nll_loss_backward_meta_dispatch.h>
 #include <ATen/ops/norm_cpu_dispatch.h>
 #include <ATen/ops/norm_meta_dispatch.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/pow_meta_dispatch.h>
 #include <ATen/ops/reciprocal_cpu_dispatch.h>
 #include <ATen/ops/reciprocal_meta_dispatch.h>
+#include <ATen/ops/reflection_pad1d_backward_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad1d_backward_meta_dispatch.h>
 #include <ATen/ops/reflection_pad3d_backward_cpu_dispatch.h>
 #include <ATen/ops/reflection_pad3d_backward_meta_dispatch.h>
+#include <ATen/ops/remainder_cpu_dispatch.h>
+#include <ATen/ops/remainder_meta_dispatch.h>
 #include <ATen/ops/renorm_cpu_dispatch.h>
 #include <ATen/ops/renorm_meta_dispatch.h>
+#include <ATen/ops/replication_pad1d_backward_cpu_dispatch.h>
+#include <ATen/ops/replication_pad1d_backward_meta_dispatch.h>
 #include <ATen/ops/replication_pad3d_cpu_dispatch.h>
 #include <ATen/ops/replication_pad3d_meta_dispatch.h>
 #include <ATen/ops/round_cpu_dispatch.h>
@@ -153,146 +235,249 @@
 #include <ATen/ops/sgn_meta_dispatch.h>
 #include <ATen/ops/sigmoid_cpu_dispatch.h>
 #include <ATen/ops/sigmoid_meta_dispatch.h>
-#include <ATen/ops/sign_cpu_dispatch.h>
-#include <ATen/ops/sign_meta_dispatch.h>
-#include <ATen/ops/silu_backward_cpu_dispatch.h>
-#include <ATen/ops/silu_backward_meta_dispatch.h>
+#include <ATen/ops/signbit_cpu_dispatch.h>
+#include <ATen/ops/signbit_meta_dispatch.h>
+#include <ATen/ops/silu_cpu_dispatch.h>
+#include <ATen/ops/silu_meta_dispatch.h>
 #include <ATen/ops/sinc_cpu_dispatch.h>
 #include <ATen/ops/sinc_meta_dispatch.h>
+#include <ATen/ops/sinh_cpu_dispatch.h>
+#include <ATen/ops/sinh_meta_dispatch.h>
+#include <ATen/ops/slow_conv_transpose2d_cpu_dispatch.h>
+#include <ATen/ops/slow_conv_transpose2d_meta_dispatch.h>
 #include <ATen/ops/softplus_cpu_dispatch.h>
 #include <ATen/ops/softplus_meta_dispatch.h>
+#include <ATen/ops/softshrink_cpu_dispatch.h>
+#include <ATen/ops/softshrink_meta_dispatch.h>
+#include <ATen/ops/sort_cpu_dispatch.h>
+#include <ATen/ops/sort_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j0_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_j0_meta_dispatch.h>
 #include <ATen/ops/special_bessel_y0_cpu_dispatch.h>
 #include <ATen/ops/special_bessel_y0_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_t_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_t_meta_dispatch.h>
 #include <ATen/ops/special_chebyshev_polynomial_v_cpu_dispatch.h>
 #include <ATen/ops/special_chebyshev_polynomial_v_meta_dispatch.h>
 #include <ATen/ops/special_erfcx_cpu_dispatch.h>
 #include <ATen/ops/special_erfcx_meta_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_h_cpu_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_h_meta_dispatch.h>
 #include <ATen/ops/special_i1_cpu_dispatch.h>
 #include <ATen/ops/special_i1_meta_dispatch.h>
 #include <ATen/ops/special_laguerre_polynomial_l_cpu_dispatch.h>
 #include <ATen/ops/special_laguerre_polynomial_l_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i0_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i0_meta_dispatch.h>
 #include <ATen/ops/special_modified_bessel_k0_cpu_dispatch.h>
 #include <ATen/ops/special_modified_bessel_k0_meta_dispatch.h>
+#include <ATen/ops/special_ndtri_cpu_dispatch.h>
+#include <ATen/ops/special_ndtri_meta_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k0_cpu_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k0_meta_dispatch.h>
 #include <ATen/ops/special_shifted_chebyshev_polynomial_t_cpu_dispatch.h>
 #include <ATen/ops/special_shifted_chebyshev_polynomial_t_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_v_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_v_meta_dispatch.h>
 #include <ATen/ops/special_spherical_bessel_j0_cpu_dispatch.h>
 #include <ATen/ops/special_spherical_bessel_j0_meta_dispatch.h>
+#include <ATen/ops/special_zeta_cpu_dispatch.h>
+#include <ATen/ops/special_zeta_meta_dispatch.h>
 #include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta_dispatch.h>
+#include <ATen/ops/tan_cpu_dispatch.h>
+#include <ATen/ops/tan_meta_dispatch.h>
 #include <ATen/ops/tanh_cpu_dispatch.h>
 #include <ATen/ops/tanh_meta_dispatch.h>
 #include <ATen/ops/threshold_backward_cpu_dispatch.h>
 #include <ATen/ops/threshold_backward_meta_dispatch.h>
-#include <ATen/ops/topk_cpu_dispatch.h>
-#include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/triangular_solve_cpu_dispatch.h>
+#include <ATen/ops/triangular_solve_meta_dispatch.h>
 #include <ATen/ops/tril_cpu_dispatch.h>
 #include <ATen/ops/tril_meta_dispatch.h>
+#include <ATen/ops/trunc_cpu_dispatch.h>
+#include <ATen/ops/trunc_meta_dispatch.h>
 #include <ATen/ops/upsample_bicubic2d_backward_cpu_dispatch.h>
 #include <ATen/ops/upsample_bicubic2d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_bilinear2d_backward_cpu_dispatch.h>
 #include <ATen/ops/upsample_bilinear2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_linear1d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_linear1d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_backward_cpu_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_backward_meta_dispatch.h>
+#include <ATen/ops/xlogy_cpu_dispatch.h>
+#include <ATen/ops/xlogy_meta_dispatch.h>
 
 #include "aten/structured_kernel.h"
+#include "aten/structured_out_kernel.h"
 
 namespace torch_neuronx::structured {
 namespace {
 
 constexpr char k_sgn_[] = "aten::sgn_";
-constexpr char k_add__Tensor[] = "aten::add_.Tensor";
+constexpr char k_acos_out[] = "aten::acos.out";
+constexpr char k_addmv[] = "aten::addmv";
 constexpr char k_all_dims[] = "aten::all.dims";
-constexpr char k_argmin[] = "aten::argmin";
-constexpr char k_asinh_[] = "aten::asinh_";
-constexpr char k_asin_[] = "aten::asin_";
-constexpr char k_baddbmm_[] = "aten::baddbmm_";
-constexpr char k_copysign__Tensor[] = "aten::copysign_.Tensor";
+constexpr char k_any_dims[] = "aten::any.dims";
+constexpr char k_argmax_out[] = "aten::argmax.out";
+constexpr char k_acosh_[] = "aten::acosh_";
+constexpr char k_asinh_out[] = "aten::asinh.out";
+constexpr char k_asin[] = "aten::asin";
+constexpr char k_atan_[] = "aten::atan_";
+constexpr char k_baddbmm_out[] = "aten::baddbmm.out";
+constexpr char k_copysign_out[] = "aten::copysign.out";
+constexpr char k_bmm_out[] = "aten::bmm.out";
 constexpr char k_ceil_[] = "aten::ceil_";
-constexpr char k_clamp__Tensor[] = "aten::clamp_.Tensor";
-constexpr char k_clamp_max__Tensor[] = "aten::clamp_max_.Tensor";
-constexpr char k_clamp_min__Tensor[] = "aten::clamp_min_.Tensor";
+constexpr char k_clamp_[] = "aten::clamp_";
+constexpr char k_clamp_max[] = "aten::clamp_max";
+constexpr char k_clamp_max_out[] = "aten::clamp_max.out";
+constexpr char k_clamp_min_[] = "aten::clamp_min_";
+constexpr char k_cos[] = "aten::cos";
 constexpr char k_cosh_[] = "aten::cosh_";
-constexpr char k_cumsum_[] = "aten::cumsum_";
+constexpr char k_cumprod_out[] = "aten::cumprod.out";
+constexpr char k_div_Tensor[] = "aten::div.Tensor";
 constexpr char k_div__Tensor_mode[] = "aten::div_.Tensor_mode";
-constexpr char k_erfc_[] = "aten::erfc_";
+constexpr char k_erf_out[] = "aten::erf.out";
+constexpr char k_exp[] = "aten::exp";
 constexpr char k_exp2_[] = "aten::exp2_";
-constexpr char k_floor_[] = "aten::floor_";
-constexpr char k_gcd_[] = "aten::gcd_";
-constexpr char k_index_copy[] = "aten::index_copy";
-constexpr char k_log[] = "aten::log";
+constexpr char k_expm1_out[] = "aten::expm1.out";
+constexpr char k_frac[] = "aten::frac";
+constexpr char k_gcd[] = "aten::gcd";
+constexpr char k_lcm_[] = "aten::lcm_";
+constexpr char k_isin_Tensor_Tensor_out[] = "aten::isin.Tensor_Tensor_out";
+constexpr char k_isin_Scalar_Tensor_out[] = "aten::isin.Scalar_Tensor_out";
+constexpr char k_log_out[] = "aten::log.out";
 constexpr char k_log1p[] = "aten::log1p";
-constexpr char k_logaddexp[] = "aten::logaddexp";
-constexpr char k__log_softmax[] = "aten::_log_softmax";
-constexpr char k_amax[] = "aten::amax";
-constexpr char k_mm[] = "aten::mm";
-constexpr char k_reciprocal_[] = "aten::reciprocal_";
-constexpr char k_round_[] = "aten::round_";
+constexpr char k_log2_[] = "aten::log2_";
+constexpr char k_logaddexp2_out[] = "aten::logaddexp2.out";
+constexpr char k_xlogy_OutTensor[] = "aten::xlogy.OutTensor";
+constexpr char k__log_softmax_backward_data_out[] = "aten::_log_softmax_backward_data.out";
+constexpr char k_max_dim_max[] = "aten::max.dim_max";
+constexpr char k_mean_out[] = "aten::mean.out";
+constexpr char k_amin_out[] = "aten::amin.out";
+constexpr char k_mul__Tensor[] = "aten::mul_.Tensor";
+constexpr char k_reciprocal_out[] = "aten::reciprocal.out";
+constexpr char k_round[] = "aten::round";
+constexpr char k_round__decimals[] = "aten::round_.decimals";
 constexpr char k_gelu[] = "aten::gelu";
-constexpr char k_rsqrt[] = "aten::rsqrt";
-constexpr char k_silu_backward[] = "aten::silu_backward";
-constexpr char k_sigmoid_[] = "aten::sigmoid_";
-constexpr char k_sinc_[] = "aten::sinc_";
+constexpr char k_hardshrink[] = "aten::hardshrink";
+constexpr char k_rsqrt_[] = "aten::rsqrt_";
+constexpr char k_silu_out[] = "aten::silu.out";
+constexpr char k_mish_[] = "aten::mish_";
+constexpr char k_sigmoid_out[] = "aten::sigmoid.out";
+constexpr char k_sinc[] = "aten::sinc";
+constexpr char k_sinh_[] = "aten::sinh_";
 constexpr char k__softmax_backward_data[] = "aten::_softmax_backward_data";
-constexpr char k_sqrt_[] = "aten::sqrt_";
-constexpr char k_tanh[] = "aten::tanh";
-constexpr char k_threshold_backward[] = "aten::threshold_backward";
-constexpr char k_norm_ScalarOpt_dim[] = "aten::norm.ScalarOpt_dim";
-constexpr char k_heaviside_[] = "aten::heaviside_";
-constexpr char k_index_add_[] = "aten::index_add_";
-constexpr char k_scatter_src[] = "aten::scatter.src";
+constexpr char k_hash_tensor[] = "aten::hash_tensor";
+constexpr char k_sqrt_out[] = "aten::sqrt.out";
+constexpr char k_tan_[] = "aten::tan_";
+constexpr char k_tanh_out[] = "aten::tanh.out";
+constexpr char k_threshold_backward_grad_input[] = "aten::threshold_backward.grad_input";
+constexpr char k_trunc_out[] = "aten::trunc.out";
+constexpr char k_norm_out[] = "aten::norm.out";
+constexpr char k_heaviside_out[] = "aten::heaviside.out";
+constexpr char k_addmm[] = "aten::addmm";
+constexpr char k_index_add_out[] = "aten::index_add.out";
+constexpr char k_index_reduce_[] = "aten::index_reduce_";
+constexpr char k_scatter_src_out[] = "aten::scatter.src_out";
 constexpr char k_scatter_reduce[] = "aten::scatter.reduce";
-constexpr char k_scatter_add[] = "aten::scatter_add";
+constexpr char k_scatter__value_reduce[] = "aten::scatter_.value_reduce";
+constexpr char k_scatter_add_out[] = "aten::scatter_add.out";
 constexpr char k_eq__Scalar[] = "aten::eq_.Scalar";
-constexpr char k_bitwise_or_Tensor[] = "aten::bitwise_or.Tensor";
-constexpr char k_bitwise_left_shift_Tensor[] = "aten::bitwise_left_shift.Tensor";
-constexpr char k_tril_[] = "aten::tril_";
-constexpr char k_lerp__Tensor[] = "aten::lerp_.Tensor";
-constexpr char k_ne_Tensor[] = "aten::ne.Tensor";
-constexpr char k_eq_Tensor[] = "aten::eq.Tensor";
-constexpr char k_ge__Tensor[] = "aten::ge_.Tensor";
-constexpr char k_le__Tensor[] = "aten::le_.Tensor";
-constexpr char k_gt__Tensor[] = "aten::gt_.Tensor";
-constexpr char k_lt__Tensor[] = "aten::lt_.Tensor";
-constexpr char k_addcdiv[] = "aten::addcdiv";
-constexpr char k_lgamma_[] = "aten::lgamma_";
-constexpr char k_erfinv[] = "aten::erfinv";
-constexpr char k_sign[] = "aten::sign";
+constexpr char k_bitwise_and__Tensor[] = "aten::bitwise_and_.Tensor";
+constexpr char k_bitwise_xor_Tensor_out[] = "aten::bitwise_xor.Tensor_out";
+constexpr char k_bitwise_left_shift__Tensor[] = "aten::bitwise_left_shift_.Tensor";
+constexpr char k_bitwise_right_shift_Tensor_out[] = "aten::bitwise_right_shift.Tensor_out";
+constexpr char k_lerp__Scalar[] = "aten::lerp_.Scalar";
+constexpr char k_tril_out[] = "aten::tril.out";
+constexpr char k_ne_Tensor_out[] = "aten::ne.Tensor_out";
+constexpr char k_eq_Scalar_out[] = "aten::eq.Scalar_out";
+constexpr char k_ge_Scalar_out[] = "aten::ge.Scalar_out";
+constexpr char k_ge__Scalar[] = "aten::ge_.Scalar";
+constexpr char k_le_Tensor_out[] = "aten::le.Tensor_out";
+constexpr char k_gt_Scalar_out[] = "aten::gt.Scalar_out";
+constexpr char k_gt__Scalar[] = "aten::gt_.Scalar";
+constexpr char k_lt_Tensor_out[] = "aten::lt.Tensor_out";
+constexpr char k_gather_out[] = "aten::gather.out";
+constexpr char k_addcmul_[] = "aten::addcmul_";
+constexpr char k_triangular_solve_X[] = "aten::triangular_solve.X";
+constexpr char k_lgamma_out[] = "aten::lgamma.out";
+constexpr char k_digamma[] = "aten::digamma";
+constexpr char k_erfinv_[] = "aten::erfinv_";
+constexpr char k_i0_out[] = "aten::i0.out";
+constexpr char k_signbit[] = "aten::signbit";
 constexpr char k_atan2[] = "aten::atan2";
-constexpr char k_fmod__Tensor[] = "aten::fmod_.Tensor";
-constexpr char k_igamma_[] = "aten::igamma_";
-constexpr char k_nextafter_[] = "aten::nextafter_";
-constexpr char k_fmax[] = "aten::fmax";
-constexpr char k_topk[] = "aten::topk";
-constexpr char k_renorm_[] = "aten::renorm_";
+constexpr char k_lerp_Tensor[] = "aten::lerp.Tensor";
+constexpr char k_hypot_out[] = "aten::hypot.out";
+constexpr char k_igamma[] = "aten::igamma";
+constexpr char k_igammac_[] = "aten::igammac_";
+constexpr char k_remainder_Tensor_out[] = "aten::remainder.Tensor_out";
+constexpr char k_fmin_out[] = "aten::fmin.out";
+constexpr char k_maximum_out[] = "aten::maximum.out";
+constexpr char k_sort_stable[] = "aten::sort.stable";
+constexpr char k_all_all_out[] = "aten::all.all_out";
+constexpr char k_renorm[] = "aten::renorm";
+constexpr char k_pow_Scalar_out[] = "aten::pow.Scalar_out";
 constexpr char k_pow__Scalar[] = "aten::pow_.Scalar";
-constexpr char k_nll_loss_forward[] = "aten::nll_loss_forward";
-constexpr char k_elu_[] = "aten::elu_";
-constexpr char k_hardsigmoid_backward[] = "aten::hardsigmoid_backward";
+constexpr char k__convert_indices_from_csr_to_coo[] = "aten::_convert_indices_from_csr_to_coo";
+constexpr char k_nll_loss_backward_grad_input[] = "aten::nll_loss_backward.grad_input";
+constexpr char k_elu_backward_grad_input[] = "aten::elu_backward.grad_input";
+constexpr char k_glu[] = "aten::glu";
+constexpr char k_hardsigmoid_backward_grad_input[] = "aten::hardsigmoid_backward.grad_input";
+constexpr char k_leaky_relu_backward_grad_input[] = "aten::leaky_relu_backward.grad_input";
 constexpr char k_softplus[] = "aten::softplus";
+constexpr char k_softshrink[] = "aten::softshrink";
 constexpr char k_adaptive_max_pool2d[] = "aten::adaptive_max_pool2d";
+constexpr char k_adaptive_max_pool3d[] = "aten::adaptive_max_pool3d";
 constexpr char k_avg_pool2d[] = "aten::avg_pool2d";
+constexpr char k_avg_pool3d[] = "aten::avg_pool3d";
 constexpr char k_fractional_max_pool2d[] = "aten::fractional_max_pool2d";
+constexpr char k_fractional_max_pool3d[] = "aten::fractional_max_pool3d";
 constexpr char k_max_pool2d_with_indices_backward[] = "aten::max_pool2d_with_indices_backward";
+constexpr char k_reflection_pad1d_backward[] = "aten::reflection_pad1d_backward";
 constexpr char k_reflection_pad3d_backward[] = "aten::reflection_pad3d_backward";
+constexpr char k_replication_pad1d_backward[] = "aten::replication_pad1d_backward";
 constexpr char k_replication_pad3d[] = "aten::replication_pad3d";
+constexpr char k_upsample_linear1d_backward[] = "aten::upsample_linear1d_backward";
 constexpr char k_upsample_bilinear2d_backward[] = "aten::upsample_bilinear2d_backward";
+constexpr char k__upsample_bilinear2d_aa_backward[] = "aten::_upsample_bilinear2d_aa_backward";
 constexpr char k_upsample_bicubic2d_backward[] = "aten::upsample_bicubic2d_backward";
+constexpr char k__upsample_bicubic2d_aa_backward[] = "aten::_upsample_bicubic2d_aa_backward";
 constexpr char k__upsample_lanczos2d_aa_backward[] = "aten::_upsample_lanczos2d_aa_backward";
+constexpr char k_upsample_trilinear3d_backward[] = "aten::upsample_trilinear3d_backward";
 constexpr char k__upsample_nearest_exact1d[] = "aten::_upsample_nearest_exact1d";
+constexpr char k__upsample_nearest_exact1d_backward[] = "aten::_upsample_nearest_exact1d_backward";
 constexpr char k__upsample_nearest_exact2d[] = "aten::_upsample_nearest_exact2d";
+constexpr char k__upsample_nearest_exact2d_backward[] = "aten::_upsample_nearest_exact2d_backward";
 constexpr char k__upsample_nearest_exact3d[] = "aten::_upsample_nearest_exact3d";
+constexpr char k__upsample_nearest_exact3d_backward[] = "aten::_upsample_nearest_exact3d_backward";
 constexpr char k_logit_backward[] = "aten::logit_backward";
-constexpr char k_isneginf[] = "aten::isneginf";
-constexpr char k_special_erfcx[] = "aten::special_erfcx";
-constexpr char k_special_i1[] = "aten::special_i1";
-constexpr char k_linalg_lu_factor_ex[] = "aten::linalg_lu_factor_ex";
-constexpr char k_linalg_ldl_factor_ex[] = "aten::linalg_ldl_factor_ex";
-constexpr char k_linalg_inv_ex[] = "aten::linalg_inv_ex";
-constexpr char k_linalg_qr[] = "aten::linalg_qr";
-constexpr char k_special_bessel_y0[] = "aten::special_bessel_y0";
-constexpr char k_special_chebyshev_polynomial_v[] = "aten::special_chebyshev_polynomial_v";
-constexpr char k_special_laguerre_polynomial_l[] = "aten::special_laguerre_polynomial_l";
-constexpr char k_special_modified_bessel_k0[] = "aten::special_modified_bessel_k0";
-constexpr char k_special_shifted_chebyshev_polynomial_t[] = "aten::special_shifted_chebyshev_polynomial_t";
-constexpr char k_special_spherical_bessel_j0[] = "aten::special_spherical_bessel_j0";
+constexpr char k_slow_conv_transpose2d[] = "aten::slow_conv_transpose2d";
+constexpr char k_isneginf_out[] = "aten::isneginf.out";
+constexpr char k_special_ndtri_out[] = "aten::special_ndtri.out";
+constexpr char k_special_erfcx_out[] = "aten::special_erfcx.out";
+constexpr char k_special_zeta_out[] = "aten::special_zeta.out";
+constexpr char k_special_i1_out[] = "aten::special_i1.out";
+constexpr char k_linalg_cholesky_ex_L[] = "aten::linalg_cholesky_ex.L";
+constexpr char k_linalg_lu_factor_ex_out[] = "aten::linalg_lu_factor_ex.out";
+constexpr char k_linalg_lu_solve_out[] = "aten::linalg_lu_solve.out";
+constexpr char k_linalg_ldl_factor_ex_out[] = "aten::linalg_ldl_factor_ex.out";
+constexpr char k__linalg_slogdet_sign[] = "aten::_linalg_slogdet.sign";
+constexpr char k_linalg_inv_ex_inverse[] = "aten::linalg_inv_ex.inverse";
+constexpr char k__linalg_svd_U[] = "aten::_linalg_svd.U";
+constexpr char k_linalg_qr_out[] = "aten::linalg_qr.out";
+constexpr char k_special_bessel_j0_out[] = "aten::special_bessel_j0.out";
+constexpr char k_special_bessel_y0_out[] = "aten::special_bessel_y0.out";
+constexpr char k_special_chebyshev_polynomial_t_out[] = "aten::special_chebyshev_polynomial_t.out";
+constexpr char k_special_chebyshev_polynomial_v_out[] = "aten::special_chebyshev_polynomial_v.out";
+constexpr char k_special_hermite_polynomial_h_out[] = "aten::special_hermite_polynomial_h.out";
+constexpr char k_special_laguerre_polynomial_l_out[] = "aten::special_laguerre_polynomial_l.out";
+constexpr char k_special_modified_bessel_i0_out[] = "aten::special_modified_bessel_i0.out";
+constexpr char k_special_modified_bessel_k0_out[] = "aten::special_modified_bessel_k0.out";
+constexpr char k_special_scaled_modified_bessel_k0_out[] = "aten::special_scaled_modified_bessel_k0.out";
+constexpr char k_special_shifted_chebyshev_polynomial_t_out[] = "aten::special_shifted_chebyshev_polynomial_t.out";
+constexpr char k_special_shifted_chebyshev_polynomial_v_out[] = "aten::special_shifted_chebyshev_polynomial_v.out";
+constexpr char k_special_spherical_bessel_j0_out[] = "aten::special_spherical_bessel_j0.out";
 
 }  // namespace
 
@@ -300,291 +485,495 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sgn_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sgn_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sgn_), k_sgn_>::call)));
-  m.impl("add_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::add_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::add_), k_add__Tensor>::call)));
+  m.impl("acos.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::acos_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::acos_outf), k_acos_out>::call)));
+  m.impl("addmv",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmv),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmv_out), k_addmv>::call)));
   m.impl("all.dims",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::OptionalIntArrayRef, bool)>(&at::meta::all),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::OptionalIntArrayRef, bool)>(&at::cpu::all_out), k_all_dims>::call)));
-  m.impl("argmin",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::meta::argmin),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::cpu::argmin_out), k_argmin>::call)));
-  m.impl("asinh_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::asinh_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::asinh_), k_asinh_>::call)));
-  m.impl("asin_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::asin_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::asin_), k_asin_>::call)));
-  m.impl("baddbmm_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::baddbmm_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::baddbmm_), k_baddbmm_>::call)));
-  m.impl("copysign_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::copysign_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::copysign_), k_copysign__Tensor>::call)));
+  m.impl("any.dims",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::OptionalIntArrayRef, bool)>(&at::meta::any),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::OptionalIntArrayRef, bool)>(&at::cpu::any_out), k_any_dims>::call)));
+  m.impl("argmax.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, ::std::optional<int64_t>, bool, at::Tensor &)>(&at::meta::argmax_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, ::std::optional<int64_t>, bool, at::Tensor &)>(&at::cpu::argmax_outf), k_argmax_out>::call)));
+  m.impl("acosh_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::acosh_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::acosh_), k_acosh_>::call)));
+  m.impl("asinh.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::asinh_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::asinh_outf), k_asinh_out>::call)));
+  m.impl("asin",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::asin),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::asin_out), k_asin>::call)));
+  m.impl("atan_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::atan_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::atan_), k_atan_>::call)));
+  m.impl("baddbmm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::meta::baddbmm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::cpu::baddbmm_outf), k_baddbmm_out>::call)));
+  m.impl("copysign.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::copysign_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::copysign_outf), k_copysign_out>::call)));
+  m.impl("bmm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::bmm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::bmm_outf), k_bmm_out>::call)));
   m.impl("ceil_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::ceil_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::ceil_), k_ceil_>::call)));
-  m.impl("clamp_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::meta::clamp_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::cpu::clamp_), k_clamp__Tensor>::call)));
-  m.impl("clamp_max_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::clamp_max_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_max_), k_clamp_max__Tensor>::call)));
-  m.impl("clamp_min_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::clamp_min_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_min_), k_clamp_min__Tensor>::call)));
+  m.impl("clamp_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::meta::clamp_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::cpu::clamp_), k_clamp_>::call)));
+  m.impl("clamp_max",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::clamp_max),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_max_out), k_clamp_max>::call)));
+  m.impl("clamp_max.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::clamp_max_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::clamp_max_outf), k_clamp_max_out>::call)));
+  m.impl("clamp_min_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::clamp_min_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_min_), k_clamp_min_>::call)));
+  m.impl("cos",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::cos),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::cos_out), k_cos>::call)));
   m.impl("cosh_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::cosh_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::cosh_), k_cosh_>::call)));
-  m.impl("cumsum_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumsum_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumsum_), k_cumsum_>::call)));
+  m.impl("cumprod.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::meta::cumprod_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::cpu::cumprod_outf), k_cumprod_out>::call)));
+  m.impl("div.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::div),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::div_out), k_div_Tensor>::call)));
   m.impl("div_.Tensor_mode",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, ::std::optional<c10::string_view>)>(&at::meta::div_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, ::std::optional<c10::string_view>)>(&at::cpu::div_), k_div__Tensor_mode>::call)));
-  m.impl("erfc_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::erfc_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::erfc_), k_erfc_>::call)));
+  m.impl("erf.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::erf_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::erf_outf), k_erf_out>::call)));
+  m.impl("exp",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::exp),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::exp_out), k_exp>::call)));
   m.impl("exp2_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::exp2_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::exp2_), k_exp2_>::call)));
-  m.impl("floor_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::floor_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::floor_), k_floor_>::call)));
-  m.impl("gcd_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::gcd_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::gcd_), k_gcd_>::call)));
-  m.impl("index_copy",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::index_copy),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::index_copy_out), k_index_copy>::call)));
-  m.impl("log",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::log),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::log_out), k_log>::call)));
+  m.impl("expm1.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::expm1_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::expm1_outf), k_expm1_out>::call)));
+  m.impl("frac",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::frac),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::frac_out), k_frac>::call)));
+  m.impl("gcd",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::gcd),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::gcd_out), k_gcd>::call)));
+  m.impl("lcm_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::lcm_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::lcm_), k_lcm_>::call)));
+  m.impl("isin.Tensor_Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::meta::isin_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::cpu::isin_outf), k_isin_Tensor_Tensor_out>::call)));
+  m.impl("isin.Scalar_Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Scalar &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::meta::isin_outf),
+                   static_cast<at::Tensor & (*)(const at::Scalar &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::cpu::isin_outf), k_isin_Scalar_Tensor_out>::call)));
+  m.impl("log.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::log_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::log_outf), k_log_out>::call)));
   m.impl("log1p",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::log1p),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::log1p_out), k_log1p>::call)));
-  m.impl("logaddexp",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::logaddexp),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::logaddexp_out), k_logaddexp>::call)));
-  m.impl("_log_softmax",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::_log_softmax),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::_log_softmax_out), k__log_softmax>::call)));
-  m.impl("amax",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool)>(&at::meta::amax),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool)>(&at::cpu::amax_out), k_amax>::call)));
-  m.impl("mm",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::mm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::mm_out), k_mm>::call)));
-  m.impl("reciprocal_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::reciprocal_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::reciprocal_), k_reciprocal_>::call)));
-  m.impl("round_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::round_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::round_), k_round_>::call)));
+  m.impl("log2_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::log2_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::log2_), k_log2_>::call)));
+  m.impl("logaddexp2.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::logaddexp2_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::logaddexp2_outf), k_logaddexp2_out>::call)));
+  m.impl("xlogy.OutTensor",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::xlogy_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::xlogy_outf), k_xlogy_OutTensor>::call)));
+  m.impl("_log_softmax_backward_data.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType, at::Tensor &)>(&at::meta::_log_softmax_backward_data_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType, at::Tensor &)>(&at::cpu::_log_softmax_backward_data_outf), k__log_softmax_backward_data_out>::call)));
+  m.impl("max.dim_max",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, int64_t, bool, at::Tensor &, at::Tensor &)>(&at::meta::max_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, int64_t, bool, at::Tensor &, at::Tensor &)>(&at::cpu::max_outf), k_max_dim_max>::call)));
+  m.impl("mean.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::meta::mean_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::cpu::mean_outf), k_mean_out>::call)));
+  m.impl("amin.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, at::Tensor &)>(&at::meta::amin_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, at::Tensor &)>(&at::cpu::amin_outf), k_amin_out>::call)));
+  m.impl("mul_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::mul_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::mul_), k_mul__Tensor>::call)));
+  m.impl("reciprocal.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::reciprocal_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::reciprocal_outf), k_reciprocal_out>::call)));
+  m.impl("round",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::round),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::round_out), k_round>::call)));
+  m.impl("round_.decimals",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::meta::round_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::cpu::round_), k_round__decimals>::call)));
   m.impl("gelu",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, c10::string_view)>(&at::meta::gelu),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::gelu_out), k_gelu>::call)));
-  m.impl("rsqrt",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::rsqrt),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::rsqrt_out), k_rsqrt>::call)));
-  m.impl("silu_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::silu_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::silu_backward_out), k_silu_backward>::call)));
-  m.impl("sigmoid_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sigmoid_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sigmoid_), k_sigmoid_>::call)));
-  m.impl("sinc_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sinc_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sinc_), k_sinc_>::call)));
+  m.impl("hardshrink",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::hardshrink),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::hardshrink_out), k_hardshrink>::call)));
+  m.impl("rsqrt_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::rsqrt_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::rsqrt_), k_rsqrt_>::call)));
+  m.impl("silu.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::silu_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::silu_outf), k_silu_out>::call)));
+  m.impl("mish_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::mish_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::mish_), k_mish_>::call)));
+  m.impl("sigmoid.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::sigmoid_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::sigmoid_outf), k_sigmoid_out>::call)));
+  m.impl("sinc",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sinc),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sinc_out), k_sinc>::call)));
+  m.impl("sinh_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sinh_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sinh_), k_sinh_>::call)));
   m.impl("_softmax_backward_data",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType)>(&at::meta::_softmax_backward_data),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType)>(&at::cpu::_softmax_backward_data_out), k__softmax_backward_data>::call)));
-  m.impl("sqrt_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sqrt_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sqrt_), k_sqrt_>::call)));
-  m.impl("tanh",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::tanh),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::tanh_out), k_tanh>::call)));
-  m.impl("threshold_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::threshold_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::threshold_backward_out), k_threshold_backward>::call)));
-  m.impl("norm.ScalarOpt_dim",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool)>(&at::meta::norm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool)>(&at::cpu::norm_out), k_norm_ScalarOpt_dim>::call)));
-  m.impl("heaviside_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::heaviside_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::heaviside_), k_heaviside_>::call)));
-  m.impl("index_add_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::index_add_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::index_add_), k_index_add_>::call)));
-  m.impl("scatter.src",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_out), k_scatter_src>::call)));
+  m.impl("hash_tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, int64_t)>(&at::meta::hash_tensor),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, int64_t)>(&at::cpu::hash_tensor_out), k_hash_tensor>::call)));
+  m.impl("sqrt.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::sqrt_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::sqrt_outf), k_sqrt_out>::call)));
+  m.impl("tan_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::tan_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::tan_), k_tan_>::call)));
+  m.impl("tanh.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::tanh_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::tanh_outf), k_tanh_out>::call)));
+  m.impl("threshold_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::threshold_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::threshold_backward_outf), k_threshold_backward_grad_input>::call)));
+  m.impl("trunc.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::trunc_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::trunc_outf), k_trunc_out>::call)));
+  m.impl("norm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::Tensor &)>(&at::meta::norm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::Tensor &)>(&at::cpu::norm_outf), k_norm_out>::call)));
+  m.impl("heaviside.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::heaviside_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::heaviside_outf), k_heaviside_out>::call)));
+  m.impl("addmm",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmm_out), k_addmm>::call)));
+  m.impl("index_add.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::index_add_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::index_add_outf), k_index_add_out>::call)));
+  m.impl("index_reduce_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::index_reduce_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::index_reduce_), k_index_reduce_>::call)));
+  m.impl("scatter.src_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::scatter_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::scatter_outf), k_scatter_src_out>::call)));
   m.impl("scatter.reduce",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::meta::scatter),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::scatter_out), k_scatter_reduce>::call)));
-  m.impl("scatter_add",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter_add),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_add_out), k_scatter_add>::call)));
+  m.impl("scatter_.value_reduce",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::meta::scatter_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::cpu::scatter_), k_scatter__value_reduce>::call)));
+  m.impl("scatter_add.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::scatter_add_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::scatter_add_outf), k_scatter_add_out>::call)));
   m.impl("eq_.Scalar",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::eq_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::eq_), k_eq__Scalar>::call)));
-  m.impl("bitwise_or.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_or),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_or_out), k_bitwise_or_Tensor>::call)));
-  m.impl("bitwise_left_shift.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_left_shift),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_left_shift_out), k_bitwise_left_shift_Tensor>::call)));
-  m.impl("tril_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::meta::tril_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::cpu::tril_), k_tril_>::call)));
-  m.impl("lerp_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::lerp_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lerp_), k_lerp__Tensor>::call)));
-  m.impl("ne.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::ne),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::ne_out), k_ne_Tensor>::call)));
-  m.impl("eq.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::eq),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::eq_out), k_eq_Tensor>::call)));
-  m.impl("ge_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::ge_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::ge_), k_ge__Tensor>::call)));
-  m.impl("le_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::le_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::le_), k_le__Tensor>::call)));
-  m.impl("gt_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::gt_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::gt_), k_gt__Tensor>::call)));
-  m.impl("lt_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::lt_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::lt_), k_lt__Tensor>::call)));
-  m.impl("addcdiv",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcdiv),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcdiv_out), k_addcdiv>::call)));
-  m.impl("lgamma_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::lgamma_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::lgamma_), k_lgamma_>::call)));
-  m.impl("erfinv",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::erfinv),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::erfinv_out), k_erfinv>::call)));
-  m.impl("sign",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sign),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sign_out), k_sign>::call)));
+  m.impl("bitwise_and_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_and_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_and_), k_bitwise_and__Tensor>::call)));
+  m.impl("bitwise_xor.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::bitwise_xor_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::bitwise_xor_outf), k_bitwise_xor_Tensor_out>::call)));
+  m.impl("bitwise_left_shift_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_left_shift_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_left_shift_), k_bitwise_left_shift__Tensor>::call)));
+  m.impl("bitwise_right_shift.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::bitwise_right_shift_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::bitwise_right_shift_outf), k_bitwise_right_shift_Tensor_out>::call)));
+  m.impl("lerp_.Scalar",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::lerp_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::lerp_), k_lerp__Scalar>::call)));
+  m.impl("tril.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::meta::tril_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::cpu::tril_outf), k_tril_out>::call)));
+  m.impl("ne.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::ne_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::ne_outf), k_ne_Tensor_out>::call)));
+  m.impl("eq.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::eq_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::eq_outf), k_eq_Scalar_out>::call)));
+  m.impl("ge.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::ge_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::ge_outf), k_ge_Scalar_out>::call)));
+  m.impl("ge_.Scalar",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::ge_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::ge_), k_ge__Scalar>::call)));
+  m.impl("le.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::le_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::le_outf), k_le_Tensor_out>::call)));
+  m.impl("gt.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::gt_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::gt_outf), k_gt_Scalar_out>::call)));
+  m.impl("gt_.Scalar",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::gt_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::gt_), k_gt__Scalar>::call)));
+  m.impl("lt.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::lt_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::lt_outf), k_lt_Tensor_out>::call)));
+  m.impl("gather.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, bool, at::Tensor &)>(&at::meta::gather_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, bool, at::Tensor &)>(&at::cpu::gather_outf), k_gather_out>::call)));
+  m.impl("addcmul_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcmul_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcmul_), k_addcmul_>::call)));
+  m.impl("triangular_solve.X",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, bool, bool, bool, at::Tensor &, at::Tensor &)>(&at::meta::triangular_solve_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, bool, bool, bool, at::Tensor &, at::Tensor &)>(&at::cpu::triangular_solve_outf), k_triangular_solve_X>::call)));
+  m.impl("lgamma.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::lgamma_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::lgamma_outf), k_lgamma_out>::call)));
+  m.impl("digamma",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::digamma),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::digamma_out), k_digamma>::call)));
+  m.impl("erfinv_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::erfinv_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::erfinv_), k_erfinv_>::call)));
+  m.impl("i0.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::i0_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::i0_outf), k_i0_out>::call)));
+  m.impl("signbit",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::signbit),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::signbit_out), k_signbit>::call)));
   m.impl("atan2",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::atan2),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::atan2_out), k_atan2>::call)));
-  m.impl("fmod_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::fmod_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::fmod_), k_fmod__Tensor>::call)));
-  m.impl("igamma_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::igamma_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::igamma_), k_igamma_>::call)));
-  m.impl("nextafter_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::nextafter_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::nextafter_), k_nextafter_>::call)));
-  m.impl("fmax",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::fmax),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::fmax_out), k_fmax>::call)));
-  m.impl("topk",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, int64_t, int64_t, bool, bool)>(&at::meta::topk),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, int64_t, int64_t, bool, bool)>(&at::cpu::topk_out), k_topk>::call)));
-  m.impl("renorm_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::meta::renorm_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::cpu::renorm_), k_renorm_>::call)));
+  m.impl("lerp.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::lerp),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lerp_out), k_lerp_Tensor>::call)));
+  m.impl("hypot.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::hypot_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::hypot_outf), k_hypot_out>::call)));
+  m.impl("igamma",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::igamma),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::igamma_out), k_igamma>::call)));
+  m.impl("igammac_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::igammac_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::igammac_), k_igammac_>::call)));
+  m.impl("remainder.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::remainder_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::remainder_outf), k_remainder_Tensor_out>::call)));
+  m.impl("fmin.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::fmin_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::fmin_outf), k_fmin_out>::call)));
+  m.impl("maximum.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::maximum_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::maximum_outf), k_maximum_out>::call)));
+  m.impl("sort.stable",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, ::std::optional<bool>, int64_t, bool)>(&at::meta::sort),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, ::std::optional<bool>, int64_t, bool)>(&at::cpu::sort_out), k_sort_stable>::call)));
+  m.impl("all.all_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::all_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::all_outf), k_all_all_out>::call)));
+  m.impl("renorm",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::meta::renorm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::cpu::renorm_out), k_renorm>::call)));
+  m.impl("pow.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Scalar &, const at::Tensor &, at::Tensor &)>(&at::meta::pow_outf),
+                   static_cast<at::Tensor & (*)(const at::Scalar &, const at::Tensor &, at::Tensor &)>(&at::cpu::pow_outf), k_pow_Scalar_out>::call)));
   m.impl("pow_.Scalar",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::pow_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::pow_), k_pow__Scalar>::call)));
-  m.impl("nll_loss_forward",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t)>(&at::meta::nll_loss_forward),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t)>(&at::cpu::nll_loss_forward_out), k_nll_loss_forward>::call)));
-  m.impl("elu_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::meta::elu_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::cpu::elu_), k_elu_>::call)));
-  m.impl("hardsigmoid_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::hardsigmoid_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::hardsigmoid_backward_out), k_hardsigmoid_backward>::call)));
+  m.impl("_convert_indices_from_csr_to_coo",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::_convert_indices_from_csr_to_coo),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::_convert_indices_from_csr_to_coo_out), k__convert_indices_from_csr_to_coo>::call)));
+  m.impl("nll_loss_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, const at::Tensor &, at::Tensor &)>(&at::meta::nll_loss_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, const at::Tensor &, at::Tensor &)>(&at::cpu::nll_loss_backward_outf), k_nll_loss_backward_grad_input>::call)));
+  m.impl("elu_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &, at::Tensor &)>(&at::meta::elu_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &, at::Tensor &)>(&at::cpu::elu_backward_outf), k_elu_backward_grad_input>::call)));
+  m.impl("glu",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::glu),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::glu_out), k_glu>::call)));
+  m.impl("hardsigmoid_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::hardsigmoid_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::hardsigmoid_backward_outf), k_hardsigmoid_backward_grad_input>::call)));
+  m.impl("leaky_relu_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, bool, at::Tensor &)>(&at::meta::leaky_relu_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, bool, at::Tensor &)>(&at::cpu::leaky_relu_backward_outf), k_leaky_relu_backward_grad_input>::call)));
   m.impl("softplus",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::softplus),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::softplus_out), k_softplus>::call)));
+  m.impl("softshrink",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::softshrink),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::softshrink_out), k_softshrink>::call)));
   m.impl("adaptive_max_pool2d",
          TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::adaptive_max_pool2d),
                    static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::adaptive_max_pool2d_out), k_adaptive_max_pool2d>::call)));
+  m.impl("adaptive_max_pool3d",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::adaptive_max_pool3d),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::adaptive_max_pool3d_out), k_adaptive_max_pool3d>::call)));
   m.impl("avg_pool2d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool2d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool2d_out), k_avg_pool2d>::call)));
+  m.impl("avg_pool3d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool3d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool3d_out), k_avg_pool3d>::call)));
   m.impl("fractional_max_pool2d",
          TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool2d),
                    static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool2d_out), k_fractional_max_pool2d>::call)));
+  m.impl("fractional_max_pool3d",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool3d),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool3d_out), k_fractional_max_pool3d>::call)));
   m.impl("max_pool2d_with_indices_backward",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, const at::Tensor &)>(&at::meta::max_pool2d_with_indices_backward),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, const at::Tensor &)>(&at::cpu::max_pool2d_with_indices_backward_out), k_max_pool2d_with_indices_backward>::call)));
+  m.impl("reflection_pad1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad1d_backward_out), k_reflection_pad1d_backward>::call)));
   m.impl("reflection_pad3d_backward",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad3d_backward),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad3d_backward_out), k_reflection_pad3d_backward>::call)));
+  m.impl("replication_pad1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad1d_backward_out), k_replication_pad1d_backward>::call)));
   m.impl("replication_pad3d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad3d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad3d_out), k_replication_pad3d>::call)));
+  m.impl("upsample_linear1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>)>(&at::meta::upsample_linear1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>)>(&at::cpu::upsample_linear1d_backward_out), k_upsample_linear1d_backward>::call)));
   m.impl("upsample_bilinear2d_backward",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bilinear2d_backward),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bilinear2d_backward_out), k_upsample_bilinear2d_backward>::call)));
+  m.impl("_upsample_bilinear2d_aa_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bilinear2d_aa_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bilinear2d_aa_backward_out), k__upsample_bilinear2d_aa_backward>::call)));
   m.impl("upsample_bicubic2d_backward",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bicubic2d_backward),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bicubic2d_backward_out), k_upsample_bicubic2d_backward>::call)));
+  m.impl("_upsample_bicubic2d_aa_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bicubic2d_aa_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bicubic2d_aa_backward_out), k__upsample_bicubic2d_aa_backward>::call)));
   m.impl("_upsample_lanczos2d_aa_backward",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_lanczos2d_aa_backward),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_lanczos2d_aa_backward_out), k__upsample_lanczos2d_aa_backward>::call)));
+  m.impl("upsample_trilinear3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_trilinear3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_trilinear3d_backward_out), k_upsample_trilinear3d_backward>::call)));
   m.impl("_upsample_nearest_exact1d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact1d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact1d_out), k__upsample_nearest_exact1d>::call)));
+  m.impl("_upsample_nearest_exact1d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact1d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact1d_backward_out), k__upsample_nearest_exact1d_backward>::call)));
   m.impl("_upsample_nearest_exact2d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact2d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact2d_out), k__upsample_nearest_exact2d>::call)));
+  m.impl("_upsample_nearest_exact2d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact2d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact2d_backward_out), k__upsample_nearest_exact2d_backward>::call)));
   m.impl("_upsample_nearest_exact3d",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact3d),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact3d_out), k__upsample_nearest_exact3d>::call)));
+  m.impl("_upsample_nearest_exact3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact3d_backward_out), k__upsample_nearest_exact3d_backward>::call)));
   m.impl("logit_backward",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, ::std::optional<double>)>(&at::meta::logit_backward),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, ::std::optional<double>)>(&at::cpu::logit_backward_out), k_logit_backward>::call)));
-  m.impl("isneginf",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::isneginf),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::isneginf_out), k_isneginf>::call)));
-  m.impl("special_erfcx",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_erfcx),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_erfcx_out), k_special_erfcx>::call)));
-  m.impl("special_i1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i1_out), k_special_i1>::call)));
-  m.impl("linalg_lu_factor_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_lu_factor_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_lu_factor_ex_out), k_linalg_lu_factor_ex>::call)));
-  m.impl("linalg_ldl_factor_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_ldl_factor_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_ldl_factor_ex_out), k_linalg_ldl_factor_ex>::call)));
-  m.impl("linalg_inv_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, bool)>(&at::meta::linalg_inv_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, bool)>(&at::cpu::linalg_inv_ex_out), k_linalg_inv_ex>::call)));
-  m.impl("linalg_qr",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, c10::string_view)>(&at::meta::linalg_qr),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::linalg_qr_out), k_linalg_qr>::call)));
-  m.impl("special_bessel_y0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_y0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_y0_out), k_special_bessel_y0>::call)));
-  m.impl("special_chebyshev_polynomial_v",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_v),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_v_out), k_special_chebyshev_polynomial_v>::call)));
-  m.impl("special_laguerre_polynomial_l",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_laguerre_polynomial_l),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_laguerre_polynomial_l_out), k_special_laguerre_polynomial_l>::call)));
-  m.impl("special_modified_bessel_k0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_k0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_k0_out), k_special_modified_bessel_k0>::call)));
-  m.impl("special_shifted_chebyshev_polynomial_t",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_t),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_t_out), k_special_shifted_chebyshev_polynomial_t>::call)));
-  m.impl("special_spherical_bessel_j0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_spherical_bessel_j0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_spherical_bessel_j0_out), k_special_spherical_bessel_j0>::call)));
+  m.impl("slow_conv_transpose2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef)>(&at::meta::slow_conv_transpose2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef)>(&at::cpu::slow_conv_transpose2d_out), k_slow_conv_transpose2d>::call)));
+  m.impl("isneginf.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::isneginf_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::isneginf_outf), k_isneginf_out>::call)));
+  m.impl("special_ndtri.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_ndtri_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_ndtri_outf), k_special_ndtri_out>::call)));
+  m.impl("special_erfcx.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_erfcx_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_erfcx_outf), k_special_erfcx_out>::call)));
+  m.impl("special_zeta.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_zeta_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_zeta_outf), k_special_zeta_out>::call)));
+  m.impl("special_i1.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_i1_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_i1_outf), k_special_i1_out>::call)));
+  m.impl("linalg_cholesky_ex.L",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &)>(&at::meta::linalg_cholesky_ex_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &)>(&at::cpu::linalg_cholesky_ex_outf), k_linalg_cholesky_ex_L>::call)));
+  m.impl("linalg_lu_factor_ex.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::linalg_lu_factor_ex_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::linalg_lu_factor_ex_outf), k_linalg_lu_factor_ex_out>::call)));
+  m.impl("linalg_lu_solve.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::meta::linalg_lu_solve_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::cpu::linalg_lu_solve_outf), k_linalg_lu_solve_out>::call)));
+  m.impl("linalg_ldl_factor_ex.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::linalg_ldl_factor_ex_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::linalg_ldl_factor_ex_outf), k_linalg_ldl_factor_ex_out>::call)));
+  m.impl("_linalg_slogdet.sign",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::_linalg_slogdet_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::_linalg_slogdet_outf), k__linalg_slogdet_sign>::call)));
+  m.impl("linalg_inv_ex.inverse",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, at::Tensor &, at::Tensor &)>(&at::meta::linalg_inv_ex_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, at::Tensor &, at::Tensor &)>(&at::cpu::linalg_inv_ex_outf), k_linalg_inv_ex_inverse>::call)));
+  m.impl("_linalg_svd.U",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, ::std::optional<c10::string_view>, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::_linalg_svd_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, bool, ::std::optional<c10::string_view>, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::_linalg_svd_outf), k__linalg_svd_U>::call)));
+  m.impl("linalg_qr.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, c10::string_view, at::Tensor &, at::Tensor &)>(&at::meta::linalg_qr_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, c10::string_view, at::Tensor &, at::Tensor &)>(&at::cpu::linalg_qr_outf), k_linalg_qr_out>::call)));
+  m.impl("special_bessel_j0.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_bessel_j0_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_bessel_j0_outf), k_special_bessel_j0_out>::call)));
+  m.impl("special_bessel_y0.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_bessel_y0_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_bessel_y0_outf), k_special_bessel_y0_out>::call)));
+  m.impl("special_chebyshev_polynomial_t.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_chebyshev_polynomial_t_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_t_outf), k_special_chebyshev_polynomial_t_out>::call)));
+  m.impl("special_chebyshev_polynomial_v.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_chebyshev_polynomial_v_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_v_outf), k_special_chebyshev_polynomial_v_out>::call)));
+  m.impl("special_hermite_polynomial_h.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_hermite_polynomial_h_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_hermite_polynomial_h_outf), k_special_hermite_polynomial_h_out>::call)));
+  m.impl("special_laguerre_polynomial_l.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_laguerre_polynomial_l_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_laguerre_polynomial_l_outf), k_special_laguerre_polynomial_l_out>::call)));
+  m.impl("special_modified_bessel_i0.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_modified_bessel_i0_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_modified_bessel_i0_outf), k_special_modified_bessel_i0_out>::call)));
+  m.impl("special_modified_bessel_k0.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_modified_bessel_k0_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_modified_bessel_k0_outf), k_special_modified_bessel_k0_out>::call)));
+  m.impl("special_scaled_modified_bessel_k0.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k0_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k0_outf), k_special_scaled_modified_bessel_k0_out>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_t.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_t_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_t_outf), k_special_shifted_chebyshev_polynomial_t_out>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_v.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_v_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_v_outf), k_special_shifted_chebyshev_polynomial_v_out>::call)));
+  m.impl("special_spherical_bessel_j0.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_spherical_bessel_j0_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_spherical_bessel_j0_outf), k_special_spherical_bessel_j0_out>::call)));
 }
 
 }  // namespace torch_neuronx::structured

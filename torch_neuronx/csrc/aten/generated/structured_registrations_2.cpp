@@ -3,18 +3,32 @@
 // aten/structured_kernel.h.
 #include <torch/library.h>
 
-#include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
-#include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
+#include <ATen/ops/_convert_indices_from_csr_to_coo_cpu_dispatch.h>
+#include <ATen/ops/_convert_indices_from_csr_to_coo_meta_dispatch.h>
+#include <ATen/ops/_linalg_det_cpu_dispatch.h>
+#include <ATen/ops/_linalg_det_meta_dispatch.h>
+#include <ATen/ops/_linalg_eigh_cpu_dispatch.h>
+#include <ATen/ops/_linalg_eigh_meta_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_cpu_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_meta_dispatch.h>
+#include <ATen/ops/_log_softmax_cpu_dispatch.h>
+#include <ATen/ops/_log_softmax_meta_dispatch.h>
+#include <ATen/ops/_softmax_backward_data_cpu_dispatch.h>
+#include <ATen/ops/_softmax_backward_data_meta_dispatch.h>
 #include <ATen/ops/_upsample_bicubic2d_aa_cpu_dispatch.h>
 #include <ATen/ops/_upsample_bicubic2d_aa_meta_dispatch.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_cpu_dispatch.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_meta_dispatch.h>
-#include <ATen/ops/acos_cpu_dispatch.h>
-#include <ATen/ops/acos_meta_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_cpu_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_meta_dispatch.h>
 #include <ATen/ops/acosh_cpu_dispatch.h>
 #include <ATen/ops/acosh_meta_dispatch.h>
 #include <ATen/ops/adaptive_max_pool2d_backward_cpu_dispatch.h>
 #include <ATen/ops/adaptive_max_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_meta_dispatch.h>
+#include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/add_meta_dispatch.h>
 #include <ATen/ops/addcdiv_cpu_dispatch.h>
 #include <ATen/ops/addcdiv_meta_dispatch.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -23,560 +37,935 @@
 #include <ATen/ops/addmv_meta_dispatch.h>
 #include <ATen/ops/all_cpu_dispatch.h>
 #include <ATen/ops/all_meta_dispatch.h>
+#include <ATen/ops/amax_cpu_dispatch.h>
+#include <ATen/ops/amax_meta_dispatch.h>
+#include <ATen/ops/aminmax_cpu_dispatch.h>
+#include <ATen/ops/aminmax_meta_dispatch.h>
 #include <ATen/ops/any_cpu_dispatch.h>
 #include <ATen/ops/any_meta_dispatch.h>
+#include <ATen/ops/argmin_cpu_dispatch.h>
+#include <ATen/ops/argmin_meta_dispatch.h>
+#include <ATen/ops/asin_cpu_dispatch.h>
+#include <ATen/ops/asin_meta_dispatch.h>
 #include <ATen/ops/atan_cpu_dispatch.h>
 #include <ATen/ops/atan_meta_dispatch.h>
 #include <ATen/ops/atanh_cpu_dispatch.h>
 #include <ATen/ops/atanh_meta_dispatch.h>
 #include <ATen/ops/avg_pool2d_backward_cpu_dispatch.h>
 #include <ATen/ops/avg_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_cpu_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_meta_dispatch.h>
 #include <ATen/ops/bitwise_left_shift_cpu_dispatch.h>
 #include <ATen/ops/bitwise_left_shift_meta_dispatch.h>
 #include <ATen/ops/bitwise_not_cpu_dispatch.h>
 #include <ATen/ops/bitwise_not_meta_dispatch.h>
 #include <ATen/ops/bitwise_or_cpu_dispatch.h>
 #include <ATen/ops/bitwise_or_meta_dispatch.h>
-#include <ATen/ops/bmm_cpu_dispatch.h>
-#include <ATen/ops/bmm_meta_dispatch.h>
+#include <ATen/ops/bitwise_xor_cpu_dispatch.h>
+#include <ATen/ops/bitwise_xor_meta_dispatch.h>
+#include <ATen/ops/cat_cpu_dispatch.h>
+#include <ATen/ops/cat_meta_dispatch.h>
+#include <ATen/ops/ceil_cpu_dispatch.h>
+#include <ATen/ops/ceil_meta_dispatch.h>
 #include <ATen/ops/clamp_cpu_dispatch.h>
 #include <ATen/ops/clamp_max_cpu_dispatch.h>
 #include <ATen/ops/clamp_max_meta_dispatch.h>
 #include <ATen/ops/clamp_meta_dispatch.h>
 #include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta_dispatch.h>
+#include <ATen/ops/copysign_cpu_dispatch.h>
+#include <ATen/ops/copysign_meta_dispatch.h>
 #include <ATen/ops/cos_cpu_dispatch.h>
 #include <ATen/ops/cos_meta_dispatch.h>
-#include <ATen/ops/cumprod_cpu_dispatch.h>
-#include <ATen/ops/cumprod_meta_dispatch.h>
+#include <ATen/ops/cosh_cpu_dispatch.h>
+#include <ATen/ops/cosh_meta_dispatch.h>
+#include <ATen/ops/cumsum_cpu_dispatch.h>
+#include <ATen/ops/cumsum_meta_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/elu_backward_cpu_dispatch.h>
+#include <ATen/ops/elu_backward_meta_dispatch.h>
 #include <ATen/ops/eq_cpu_dispatch.h>
 #include <ATen/ops/eq_meta_dispatch.h>
-#include <ATen/ops/erf_cpu_dispatch.h>
-#include <ATen/ops/erf_meta_dispatch.h>
+#include <ATen/ops/erfc_cpu_dispatch.h>
+#include <ATen/ops/erfc_meta_dispatch.h>
 #include <ATen/ops/erfinv_cpu_dispatch.h>
 #include <ATen/ops/erfinv_meta_dispatch.h>
+#include <ATen/ops/exp2_cpu_dispatch.h>
+#include <ATen/ops/exp2_meta_dispatch.h>
 #include <ATen/ops/exp_cpu_dispatch.h>
 #include <ATen/ops/exp_meta_dispatch.h>
-#include <ATen/ops/expm1_cpu_dispatch.h>
-#include <ATen/ops/expm1_meta_dispatch.h>
+#include <ATen/ops/floor_cpu_dispatch.h>
+#include <ATen/ops/floor_meta_dispatch.h>
+#include <ATen/ops/fmax_cpu_dispatch.h>
+#include <ATen/ops/fmax_meta_dispatch.h>
+#include <ATen/ops/fmod_cpu_dispatch.h>
+#include <ATen/ops/fmod_meta_dispatch.h>
 #include <ATen/ops/frac_cpu_dispatch.h>
 #include <ATen/ops/frac_meta_dispatch.h>
 #include <ATen/ops/fractional_max_pool2d_backward_cpu_dispatch.h>
 #include <ATen/ops/fractional_max_pool2d_backward_meta_dispatch.h>
 #include <ATen/ops/gather_cpu_dispatch.h>
 #include <ATen/ops/gather_meta_dispatch.h>
+#include <ATen/ops/gcd_cpu_dispatch.h>
+#include <ATen/ops/gcd_meta_dispatch.h>
 #include <ATen/ops/ge_cpu_dispatch.h>
 #include <ATen/ops/ge_meta_dispatch.h>
 #include <ATen/ops/gelu_backward_cpu_dispatch.h>
 #include <ATen/ops/gelu_backward_meta_dispatch.h>
-#include <ATen/ops/glu_cpu_dispatch.h>
-#include <ATen/ops/glu_meta_dispatch.h>
 #include <ATen/ops/gt_cpu_dispatch.h>
 #include <ATen/ops/gt_meta_dispatch.h>
+#include <ATen/ops/hardshrink_backward_cpu_dispatch.h>
+#include <ATen/ops/hardshrink_backward_meta_dispatch.h>
+#include <ATen/ops/hardsigmoid_backward_cpu_dispatch.h>
+#include <ATen/ops/hardsigmoid_backward_meta_dispatch.h>
+#include <ATen/ops/hardsigmoid_cpu_dispatch.h>
+#include <ATen/ops/hardsigmoid_meta_dispatch.h>
+#include <ATen/ops/hash_tensor_cpu_dispatch.h>
+#include <ATen/ops/hash_tensor_meta_dispatch.h>
+#include <ATen/ops/heaviside_cpu_dispatch.h>
+#include <ATen/ops/heaviside_meta_dispatch.h>
 #include <ATen/ops/hypot_cpu_dispatch.h>
 #include <ATen/ops/hypot_meta_dispatch.h>
-#include <ATen/ops/igammac_cpu_dispatch.h>
-#include <ATen/ops/igammac_meta_dispatch.h>
+#include <ATen/ops/igamma_cpu_dispatch.h>
+#include <ATen/ops/igamma_meta_dispatch.h>
 #include <ATen/ops/index_add_cpu_dispatch.h>
 #include <ATen/ops/index_add_meta_dispatch.h>
+#include <ATen/ops/index_copy_cpu_dispatch.h>
+#include <ATen/ops/index_copy_meta_dispatch.h>
+#include <ATen/ops/index_reduce_cpu_dispatch.h>
+#include <ATen/ops/index_reduce_meta_dispatch.h>
 #include <ATen/ops/isin_cpu_dispatch.h>
 #include <ATen/ops/isin_meta_dispatch.h>
-#include <ATen/ops/lcm_cpu_dispatch.h>
-#include <ATen/ops/lcm_meta_dispatch.h>
+#include <ATen/ops/isposinf_cpu_dispatch.h>
+#include <ATen/ops/isposinf_meta_dispatch.h>
 #include <ATen/ops/le_cpu_dispatch.h>
 #include <ATen/ops/le_meta_dispatch.h>
-#include <ATen/ops/leaky_relu_cpu_dispatch.h>
-#include <ATen/ops/leaky_relu_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_cpu_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_meta_dispatch.h>
 #include <ATen/ops/lerp_cpu_dispatch.h>
 #include <ATen/ops/lerp_meta_dispatch.h>
 #include <ATen/ops/lgamma_cpu_dispatch.h>
 #include <ATen/ops/lgamma_meta_dispatch.h>
+#include <ATen/ops/linalg_cross_cpu_dispatch.h>
+#include <ATen/ops/linalg_cross_meta_dispatch.h>
 #include <ATen/ops/linalg_ldl_solve_cpu_dispatch.h>
 #include <ATen/ops/linalg_ldl_solve_meta_dispatch.h>
 #include <ATen/ops/linalg_lu_cpu_dispatch.h>
 #include <ATen/ops/linalg_lu_meta_dispatch.h>
 #include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
 #include <ATen/ops/linalg_vector_norm_meta_dispatch.h>
+#include <ATen/ops/log10_cpu_dispatch.h>
+#include <ATen/ops/log10_meta_dispatch.h>
 #include <ATen/ops/log1p_cpu_dispatch.h>
 #include <ATen/ops/log1p_meta_dispatch.h>
-#include <ATen/ops/log_cpu_dispatch.h>
-#include <ATen/ops/log_meta_dispatch.h>
+#include <ATen/ops/log2_cpu_dispatch.h>
+#include <ATen/ops/log2_meta_dispatch.h>
 #include <ATen/ops/logaddexp2_cpu_dispatch.h>
 #include <ATen/ops/logaddexp2_meta_dispatch.h>
 #include <ATen/ops/lt_cpu_dispatch.h>
 #include <ATen/ops/lt_meta_dispatch.h>
-#include <ATen/ops/maximum_cpu_dispatch.h>
-#include <ATen/ops/maximum_meta_dispatch.h>
-#include <ATen/ops/mean_cpu_dispatch.h>
-#include <ATen/ops/mean_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_cpu_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_meta_dispatch.h>
+#include <ATen/ops/min_cpu_dispatch.h>
+#include <ATen/ops/min_meta_dispatch.h>
+#include <ATen/ops/minimum_cpu_dispatch.h>
+#include <ATen/ops/minimum_meta_dispatch.h>
 #include <ATen/ops/mish_cpu_dispatch.h>
 #include <ATen/ops/mish_meta_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <ATen/ops/mm_meta_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/mul_meta_dispatch.h>
 #include <ATen/ops/ne_cpu_dispatch.h>
 #include <ATen/ops/ne_meta_dispatch.h>
 #include <ATen/ops/neg_cpu_dispatch.h>
 #include <ATen/ops/neg_meta_dispatch.h>
+#include <ATen/ops/nextafter_cpu_dispatch.h>
+#include <ATen/ops/nextafter_meta_dispatch.h>
 #include <ATen/ops/nll_loss_backward_cpu_dispatch.h>
 #include <ATen/ops/nll_loss_backward_meta_dispatch.h>
+#include <ATen/ops/norm_cpu_dispatch.h>
+#include <ATen/ops/norm_meta_dispatch.h>
+#include <ATen/ops/polygamma_cpu_dispatch.h>
+#include <ATen/ops/polygamma_meta_dispatch.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/pow_meta_dispatch.h>
 #include <ATen/ops/prod_cpu_dispatch.h>
 #include <ATen/ops/prod_meta_dispatch.h>
 #include <ATen/ops/reflection_pad1d_cpu_dispatch.h>
 #include <ATen/ops/reflection_pad1d_meta_dispatch.h>
+#include <ATen/ops/reflection_pad3d_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad3d_meta_dispatch.h>
 #include <ATen/ops/remainder_cpu_dispatch.h>
 #include <ATen/ops/remainder_meta_dispatch.h>
+#include <ATen/ops/renorm_cpu_dispatch.h>
+#include <ATen/ops/renorm_meta_dispatch.h>
 #include <ATen/ops/replication_pad1d_cpu_dispatch.h>
 #include <ATen/ops/replication_pad1d_meta_dispatch.h>
+#include <ATen/ops/replication_pad2d_cpu_dispatch.h>
+#include <ATen/ops/replication_pad2d_meta_dispatch.h>
 #include <ATen/ops/round_cpu_dispatch.h>
 #include <ATen/ops/round_meta_dispatch.h>
 #include <ATen/ops/rsqrt_cpu_dispatch.h>
 #include <ATen/ops/rsqrt_meta_dispatch.h>
-#include <ATen/ops/scatter_add_cpu_dispatch.h>
-#include <ATen/ops/scatter_add_meta_dispatch.h>
 #include <ATen/ops/scatter_cpu_dispatch.h>
 #include <ATen/ops/scatter_meta_dispatch.h>
+#include <ATen/ops/scatter_reduce_cpu_dispatch.h>
+#include <ATen/ops/scatter_reduce_meta_dispatch.h>
+#include <ATen/ops/sgn_cpu_dispatch.h>
+#include <ATen/ops/sgn_meta_dispatch.h>
+#include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
+#include <ATen/ops/sigmoid_backward_meta_dispatch.h>
 #include <ATen/ops/sign_cpu_dispatch.h>
 #include <ATen/ops/sign_meta_dispatch.h>
+#include <ATen/ops/signbit_cpu_dispatch.h>
+#include <ATen/ops/signbit_meta_dispatch.h>
+#include <ATen/ops/silu_backward_cpu_dispatch.h>
+#include <ATen/ops/silu_backward_meta_dispatch.h>
 #include <ATen/ops/sin_cpu_dispatch.h>
 #include <ATen/ops/sin_meta_dispatch.h>
+#include <ATen/ops/sinc_cpu_dispatch.h>
+#include <ATen/ops/sinc_meta_dispatch.h>
 #include <ATen/ops/sinh_cpu_dispatch.h>
 #include <ATen/ops/sinh_meta_dispatch.h>
 #include <ATen/ops/softplus_backward_cpu_dispatch.h>
 #include <ATen/ops/softplus_backward_meta_dispatch.h>
+#include <ATen/ops/softshrink_backward_cpu_dispatch.h>
+#include <ATen/ops/softshrink_backward_meta_dispatch.h>
 #include <ATen/ops/special_airy_ai_cpu_dispatch.h>
 #include <ATen/ops/special_airy_ai_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j1_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_j1_meta_dispatch.h>
 #include <ATen/ops/special_bessel_y1_cpu_dispatch.h>
 #include <ATen/ops/special_bessel_y1_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_u_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_u_meta_dispatch.h>
 #include <ATen/ops/special_chebyshev_polynomial_w_cpu_dispatch.h>
 #include <ATen/ops/special_chebyshev_polynomial_w_meta_dispatch.h>
 #include <ATen/ops/special_entr_cpu_dispatch.h>
 #include <ATen/ops/special_entr_meta_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_he_cpu_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_he_meta_dispatch.h>
+#include <ATen/ops/special_i0e_cpu_dispatch.h>
+#include <ATen/ops/special_i0e_meta_dispatch.h>
 #include <ATen/ops/special_i1e_cpu_dispatch.h>
 #include <ATen/ops/special_i1e_meta_dispatch.h>
 #include <ATen/ops/special_legendre_polynomial_p_cpu_dispatch.h>
 #include <ATen/ops/special_legendre_polynomial_p_meta_dispatch.h>
+#include <ATen/ops/special_log_ndtr_cpu_dispatch.h>
+#include <ATen/ops/special_log_ndtr_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i1_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i1_meta_dispatch.h>
 #include <ATen/ops/special_modified_bessel_k1_cpu_dispatch.h>
 #include <ATen/ops/special_modified_bessel_k1_meta_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k1_cpu_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k1_meta_dispatch.h>
 #include <ATen/ops/special_shifted_chebyshev_polynomial_u_cpu_dispatch.h>
 #include <ATen/ops/special_shifted_chebyshev_polynomial_u_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_w_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_w_meta_dispatch.h>
 #include <ATen/ops/special_xlog1py_cpu_dispatch.h>
 #include <ATen/ops/special_xlog1py_meta_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/sub_meta_dispatch.h>
-#include <ATen/ops/sum_cpu_dispatch.h>
-#include <ATen/ops/sum_meta_dispatch.h>
+#include <ATen/ops/tan_cpu_dispatch.h>
+#include <ATen/ops/tan_meta_dispatch.h>
 #include <ATen/ops/tanh_backward_cpu_dispatch.h>
 #include <ATen/ops/tanh_backward_meta_dispatch.h>
-#include <ATen/ops/tanh_cpu_dispatch.h>
-#include <ATen/ops/tanh_meta_dispatch.h>
-#include <ATen/ops/triu_cpu_dispatch.h>
-#include <ATen/ops/triu_meta_dispatch.h>
-#include <ATen/ops/trunc_cpu_dispatch.h>
-#include <ATen/ops/trunc_meta_dispatch.h>
+#include <ATen/ops/threshold_backward_cpu_dispatch.h>
+#include <ATen/ops/threshold_backward_meta_dispatch.h>
+#include <ATen/ops/threshold_cpu_dispatch.h>
+#include <ATen/ops/threshold_meta_dispatch.h>
+#include <ATen/ops/topk_cpu_dispatch.h>
+#include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/triangular_solve_cpu_dispatch.h>
+#include <ATen/ops/triangular_solve_meta_dispatch.h>
+#include <ATen/ops/tril_cpu_dispatch.h>
+#include <ATen/ops/tril_meta_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
 #include <ATen/ops/upsample_linear1d_cpu_dispatch.h>
 #include <ATen/ops/upsample_linear1d_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest1d_backward_cpu_dispatch.h>
 #include <ATen/ops/upsample_nearest1d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_backward_cpu_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest3d_backward_cpu_dispatch.h>
 #include <ATen/ops/upsample_nearest3d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_cpu_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_meta_dispatch.h>
 #include <ATen/ops/upsample_trilinear3d_cpu_dispatch.h>
 #include <ATen/ops/upsample_trilinear3d_meta_dispatch.h>
 
 #include "aten/structured_kernel.h"
+#include "aten/structured_out_kernel.h"
 
 namespace torch_neuronx::structured {
 namespace {
 
-constexpr char k_acos[] = "aten::acos";
-constexpr char k_addmv[] = "aten::addmv";
-constexpr char k_any_dim[] = "aten::any.dim";
-constexpr char k_acosh[] = "aten::acosh";
+constexpr char k_sgn_out[] = "aten::sgn.out";
+constexpr char k_add_Tensor[] = "aten::add.Tensor";
+constexpr char k_addmv_[] = "aten::addmv_";
+constexpr char k_all_out[] = "aten::all.out";
+constexpr char k_any_out[] = "aten::any.out";
+constexpr char k_argmin[] = "aten::argmin";
+constexpr char k_acosh_out[] = "aten::acosh.out";
 constexpr char k_atanh[] = "aten::atanh";
-constexpr char k_atan[] = "aten::atan";
+constexpr char k_asin_[] = "aten::asin_";
+constexpr char k_atan_out[] = "aten::atan.out";
 constexpr char k_bitwise_not[] = "aten::bitwise_not";
-constexpr char k_bmm[] = "aten::bmm";
-constexpr char k_clamp[] = "aten::clamp";
-constexpr char k_clamp_max[] = "aten::clamp_max";
-constexpr char k_clamp_min[] = "aten::clamp_min";
-constexpr char k_cos[] = "aten::cos";
-constexpr char k_cumprod[] = "aten::cumprod";
-constexpr char k_div_Tensor[] = "aten::div.Tensor";
-constexpr char k_erf[] = "aten::erf";
-constexpr char k_exp[] = "aten::exp";
-constexpr char k_expm1[] = "aten::expm1";
-constexpr char k_frac[] = "aten::frac";
-constexpr char k_lcm[] = "aten::lcm";
+constexpr char k_copysign_Tensor[] = "aten::copysign.Tensor";
+constexpr char k_cat[] = "aten::cat";
+constexpr char k_ceil_out[] = "aten::ceil.out";
+constexpr char k_clamp__Tensor[] = "aten::clamp_.Tensor";
+constexpr char k_clamp_max_Tensor[] = "aten::clamp_max.Tensor";
+constexpr char k_clamp_max_Tensor_out[] = "aten::clamp_max.Tensor_out";
+constexpr char k_clamp_min__Tensor[] = "aten::clamp_min_.Tensor";
+constexpr char k_cos_[] = "aten::cos_";
+constexpr char k_cosh_out[] = "aten::cosh.out";
+constexpr char k_cumsum[] = "aten::cumsum";
+constexpr char k_div__Tensor[] = "aten::div_.Tensor";
+constexpr char k_div_out_mode[] = "aten::div.out_mode";
+constexpr char k_erfc[] = "aten::erfc";
+constexpr char k_exp_[] = "aten::exp_";
+constexpr char k_exp2_out[] = "aten::exp2.out";
+constexpr char k_floor[] = "aten::floor";
+constexpr char k_frac_[] = "aten::frac_";
+constexpr char k_gcd_[] = "aten::gcd_";
+constexpr char k_index_copy_out[] = "aten::index_copy.out";
 constexpr char k_isin_Tensor_Tensor[] = "aten::isin.Tensor_Tensor";
-constexpr char k_log_[] = "aten::log_";
+constexpr char k_isin_Scalar_Tensor[] = "aten::isin.Scalar_Tensor";
+constexpr char k_log10[] = "aten::log10";
 constexpr char k_log1p_[] = "aten::log1p_";
+constexpr char k_log2_out[] = "aten::log2.out";
 constexpr char k_logaddexp2[] = "aten::logaddexp2";
-constexpr char k__log_softmax_backward_data[] = "aten::_log_softmax_backward_data";
-constexpr char k_mean_dim[] = "aten::mean.dim";
-constexpr char k_mul_Tensor[] = "aten::mul.Tensor";
+constexpr char k__log_softmax[] = "aten::_log_softmax";
+constexpr char k_aminmax[] = "aten::aminmax";
+constexpr char k_amax[] = "aten::amax";
+constexpr char k_min_dim[] = "aten::min.dim";
+constexpr char k_mm[] = "aten::mm";
+constexpr char k_mul_out[] = "aten::mul.out";
 constexpr char k_neg[] = "aten::neg";
-constexpr char k_round_decimals[] = "aten::round.decimals";
-constexpr char k_gelu_backward[] = "aten::gelu_backward";
-constexpr char k_rsqrt_[] = "aten::rsqrt_";
-constexpr char k_mish[] = "aten::mish";
+constexpr char k_round_[] = "aten::round_";
+constexpr char k_round_decimals_out[] = "aten::round.decimals_out";
+constexpr char k_gelu_backward_grad_input[] = "aten::gelu_backward.grad_input";
+constexpr char k_hardshrink_backward_grad_input[] = "aten::hardshrink_backward.grad_input";
+constexpr char k_rsqrt_out[] = "aten::rsqrt.out";
+constexpr char k_silu_backward_grad_input[] = "aten::silu_backward.grad_input";
+constexpr char k_mish_out[] = "aten::mish.out";
 constexpr char k_sin[] = "aten::sin";
-constexpr char k_sinh[] = "aten::sinh";
-constexpr char k_sum_dim_IntList[] = "aten::sum.dim_IntList";
+constexpr char k_sinc_[] = "aten::sinc_";
+constexpr char k_sinh_out[] = "aten::sinh.out";
+constexpr char k__softmax_backward_data_out[] = "aten::_softmax_backward_data.out";
+constexpr char k_hash_tensor_out[] = "aten::hash_tensor.out";
 constexpr char k_prod_dim_int[] = "aten::prod.dim_int";
-constexpr char k_tanh_[] = "aten::tanh_";
-constexpr char k_trunc[] = "aten::trunc";
-constexpr char k_sub_Tensor[] = "aten::sub.Tensor";
-constexpr char k_addmm[] = "aten::addmm";
-constexpr char k_index_add[] = "aten::index_add";
-constexpr char k_scatter__src[] = "aten::scatter_.src";
+constexpr char k_tan_out[] = "aten::tan.out";
+constexpr char k_threshold[] = "aten::threshold";
+constexpr char k_threshold_backward[] = "aten::threshold_backward";
+constexpr char k_norm_ScalarOpt_dim_dtype[] = "aten::norm.ScalarOpt_dim_dtype";
+constexpr char k_sub_out[] = "aten::sub.out";
+constexpr char k_heaviside[] = "aten::heaviside";
+constexpr char k_addmm_[] = "aten::addmm_";
+constexpr char k_index_add_[] = "aten::index_add_";
+constexpr char k_index_reduce[] = "aten::index_reduce";
+constexpr char k_scatter_value[] = "aten::scatter.value";
 constexpr char k_scatter__reduce[] = "aten::scatter_.reduce";
-constexpr char k_scatter_add_[] = "aten::scatter_add_";
+constexpr char k_scatter_value_reduce_out[] = "aten::scatter.value_reduce_out";
+constexpr char k_scatter_reduce_two[] = "aten::scatter_reduce.two";
 constexpr char k_eq__Tensor[] = "aten::eq_.Tensor";
-constexpr char k_bitwise_or__Tensor[] = "aten::bitwise_or_.Tensor";
-constexpr char k_bitwise_left_shift__Tensor[] = "aten::bitwise_left_shift_.Tensor";
-constexpr char k_triu_[] = "aten::triu_";
-constexpr char k_triu[] = "aten::triu";
-constexpr char k_ne__Scalar[] = "aten::ne_.Scalar";
+constexpr char k_bitwise_or_Tensor_out[] = "aten::bitwise_or.Tensor_out";
+constexpr char k_bitwise_xor_Tensor[] = "aten::bitwise_xor.Tensor";
+constexpr char k_bitwise_left_shift_Tensor_out[] = "aten::bitwise_left_shift.Tensor_out";
+constexpr char k_tril_[] = "aten::tril_";
+constexpr char k_lerp__Tensor[] = "aten::lerp_.Tensor";
+constexpr char k_tril[] = "aten::tril";
+constexpr char k_ne_Tensor[] = "aten::ne.Tensor";
+constexpr char k_eq_Scalar[] = "aten::eq.Scalar";
 constexpr char k_ge_Scalar[] = "aten::ge.Scalar";
-constexpr char k_le_Scalar[] = "aten::le.Scalar";
+constexpr char k_ge__Tensor[] = "aten::ge_.Tensor";
+constexpr char k_le_Tensor[] = "aten::le.Tensor";
 constexpr char k_gt_Scalar[] = "aten::gt.Scalar";
-constexpr char k_lt_Scalar[] = "aten::lt.Scalar";
+constexpr char k_gt__Tensor[] = "aten::gt_.Tensor";
+constexpr char k_lt_Tensor[] = "aten::lt.Tensor";
 constexpr char k_gather[] = "aten::gather";
-constexpr char k_addcdiv_[] = "aten::addcdiv_";
-constexpr char k_lgamma[] = "aten::lgamma";
-constexpr char k_erfinv_[] = "aten::erfinv_";
-constexpr char k_sign_[] = "aten::sign_";
-constexpr char k_lerp_Scalar[] = "aten::lerp.Scalar";
+constexpr char k_addcdiv_out[] = "aten::addcdiv.out";
+constexpr char k_triangular_solve[] = "aten::triangular_solve";
+constexpr char k_lgamma_[] = "aten::lgamma_";
+constexpr char k_polygamma_out[] = "aten::polygamma.out";
+constexpr char k_erfinv_out[] = "aten::erfinv.out";
+constexpr char k_sign[] = "aten::sign";
+constexpr char k_signbit_out[] = "aten::signbit.out";
+constexpr char k_lerp_Scalar_out[] = "aten::lerp.Scalar_out";
+constexpr char k_fmod_Tensor_out[] = "aten::fmod.Tensor_out";
 constexpr char k_hypot[] = "aten::hypot";
-constexpr char k_igammac[] = "aten::igammac";
+constexpr char k_igamma_[] = "aten::igamma_";
+constexpr char k_nextafter_out[] = "aten::nextafter.out";
 constexpr char k_remainder_Tensor[] = "aten::remainder.Tensor";
-constexpr char k_maximum[] = "aten::maximum";
-constexpr char k_all[] = "aten::all";
-constexpr char k_pow_Tensor_Tensor[] = "aten::pow.Tensor_Tensor";
+constexpr char k_fmax[] = "aten::fmax";
+constexpr char k_minimum[] = "aten::minimum";
+constexpr char k_topk_values[] = "aten::topk.values";
+constexpr char k_any[] = "aten::any";
+constexpr char k_renorm_[] = "aten::renorm_";
+constexpr char k_pow_Scalar[] = "aten::pow.Scalar";
 constexpr char k_pow__Tensor[] = "aten::pow_.Tensor";
+constexpr char k__convert_indices_from_csr_to_coo_out[] = "aten::_convert_indices_from_csr_to_coo.out";
 constexpr char k_nll_loss_backward[] = "aten::nll_loss_backward";
-constexpr char k_glu[] = "aten::glu";
-constexpr char k_leaky_relu[] = "aten::leaky_relu";
-constexpr char k_softplus_backward[] = "aten::softplus_backward";
-constexpr char k_adaptive_max_pool2d_backward[] = "aten::adaptive_max_pool2d_backward";
-constexpr char k_avg_pool2d_backward[] = "aten::avg_pool2d_backward";
-constexpr char k_fractional_max_pool2d_backward[] = "aten::fractional_max_pool2d_backward";
-constexpr char k_reflection_pad1d[] = "aten::reflection_pad1d";
-constexpr char k_replication_pad1d[] = "aten::replication_pad1d";
-constexpr char k_upsample_linear1d[] = "aten::upsample_linear1d";
-constexpr char k__upsample_bilinear2d_aa[] = "aten::_upsample_bilinear2d_aa";
-constexpr char k__upsample_bicubic2d_aa[] = "aten::_upsample_bicubic2d_aa";
-constexpr char k_upsample_trilinear3d[] = "aten::upsample_trilinear3d";
-constexpr char k_upsample_nearest1d_backward[] = "aten::upsample_nearest1d_backward";
-constexpr char k_upsample_nearest2d_backward[] = "aten::upsample_nearest2d_backward";
-constexpr char k_upsample_nearest3d_backward[] = "aten::upsample_nearest3d_backward";
-constexpr char k_tanh_backward[] = "aten::tanh_backward";
+constexpr char k_elu_backward[] = "aten::elu_backward";
+constexpr char k_hardsigmoid_out[] = "aten::hardsigmoid.out";
+constexpr char k_hardsigmoid_backward[] = "aten::hardsigmoid_backward";
+constexpr char k_leaky_relu_backward[] = "aten::leaky_relu_backward";
+constexpr char k_softplus_backward_grad_input[] = "aten::softplus_backward.grad_input";
+constexpr char k_softshrink_backward_grad_input[] = "aten::softshrink_backward.grad_input";
+constexpr char k_adaptive_max_pool2d_backward_grad_input[] = "aten::adaptive_max_pool2d_backward.grad_input";
+constexpr char k_adaptive_max_pool3d_backward_grad_input[] = "aten::adaptive_max_pool3d_backward.grad_input";
+constexpr char k_avg_pool2d_backward_grad_input[] = "aten::avg_pool2d_backward.grad_input";
+constexpr char k_avg_pool3d_backward_grad_input[] = "aten::avg_pool3d_backward.grad_input";
+constexpr char k_fractional_max_pool2d_backward_grad_input[] = "aten::fractional_max_pool2d_backward.grad_input";
+constexpr char k_max_pool2d_with_indices_out[] = "aten::max_pool2d_with_indices.out";
+constexpr char k_reflection_pad1d_out[] = "aten::reflection_pad1d.out";
+constexpr char k_reflection_pad3d_out[] = "aten::reflection_pad3d.out";
+constexpr char k_replication_pad1d_out[] = "aten::replication_pad1d.out";
+constexpr char k_replication_pad2d_out[] = "aten::replication_pad2d.out";
+constexpr char k_upsample_linear1d_out[] = "aten::upsample_linear1d.out";
+constexpr char k_upsample_bilinear2d_out[] = "aten::upsample_bilinear2d.out";
+constexpr char k__upsample_bilinear2d_aa_out[] = "aten::_upsample_bilinear2d_aa.out";
+constexpr char k_upsample_bicubic2d_out[] = "aten::upsample_bicubic2d.out";
+constexpr char k__upsample_bicubic2d_aa_out[] = "aten::_upsample_bicubic2d_aa.out";
+constexpr char k__upsample_lanczos2d_aa_out[] = "aten::_upsample_lanczos2d_aa.out";
+constexpr char k_upsample_trilinear3d_out[] = "aten::upsample_trilinear3d.out";
+constexpr char k_upsample_nearest1d_out[] = "aten::upsample_nearest1d.out";
+constexpr char k_upsample_nearest1d_backward_grad_input[] = "aten::upsample_nearest1d_backward.grad_input";
+constexpr char k_upsample_nearest2d_out[] = "aten::upsample_nearest2d.out";
+constexpr char k_upsample_nearest2d_backward_grad_input[] = "aten::upsample_nearest2d_backward.grad_input";
+constexpr char k_upsample_nearest3d_out[] = "aten::upsample_nearest3d.out";
+constexpr char k_upsample_nearest3d_backward_grad_input[] = "aten::upsample_nearest3d_backward.grad_input";
+constexpr char k_sigmoid_backward_grad_input[] = "aten::sigmoid_backward.grad_input";
+constexpr char k_tanh_backward_grad_input[] = "aten::tanh_backward.grad_input";
+constexpr char k_isposinf[] = "aten::isposinf";
 constexpr char k_special_entr[] = "aten::special_entr";
+constexpr char k_special_log_ndtr[] = "aten::special_log_ndtr";
 constexpr char k_special_xlog1py[] = "aten::special_xlog1py";
+constexpr char k_special_i0e[] = "aten::special_i0e";
 constexpr char k_special_i1e[] = "aten::special_i1e";
+constexpr char k_linalg_cross[] = "aten::linalg_cross";
 constexpr char k_linalg_lu[] = "aten::linalg_lu";
+constexpr char k__linalg_det[] = "aten::_linalg_det";
 constexpr char k_linalg_ldl_solve[] = "aten::linalg_ldl_solve";
+constexpr char k__linalg_eigh[] = "aten::_linalg_eigh";
 constexpr char k_linalg_vector_norm[] = "aten::linalg_vector_norm";
+constexpr char k__linalg_solve_ex[] = "aten::_linalg_solve_ex";
 constexpr char k_special_airy_ai[] = "aten::special_airy_ai";
+constexpr char k_special_bessel_j1[] = "aten::special_bessel_j1";
 constexpr char k_special_bessel_y1[] = "aten::special_bessel_y1";
+constexpr char k_special_chebyshev_polynomial_u[] = "aten::special_chebyshev_polynomial_u";
 constexpr char k_special_chebyshev_polynomial_w[] = "aten::special_chebyshev_polynomial_w";
+constexpr char k_special_hermite_polynomial_he[] = "aten::special_hermite_polynomial_he";
 constexpr char k_special_legendre_polynomial_p[] = "aten::special_legendre_polynomial_p";
+constexpr char k_special_modified_bessel_i1[] = "aten::special_modified_bessel_i1";
 constexpr char k_special_modified_bessel_k1[] = "aten::special_modified_bessel_k1";
+constexpr char k_special_scaled_modified_bessel_k1[] = "aten::special_scaled_modified_bessel_k1";
 constexpr char k_special_shifted_chebyshev_polynomial_u[] = "aten::special_shifted_chebyshev_polynomial_u";
+constexpr char k_special_shifted_chebyshev_polynomial_w[] = "aten::special_shifted_chebyshev_polynomial_w";
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("acos",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::acos),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::acos_out), k_acos>::call)));
-  m.impl("addmv",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmv),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmv_out), k_addmv>::call)));
-  m.impl("any.dim",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::any),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::any_out), k_any_dim>::call)));
-  m.impl("acosh",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::acosh),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::acosh_out), k_acosh>::call)));
+  m.impl("sgn.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::sgn_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::sgn_outf), k_sgn_out>::call)));
+  m.impl("add.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::add),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::add_out), k_add_Tensor>::call)));
+  m.impl("addmv_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmv_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmv_), k_addmv_>::call)));
+  m.impl("all.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::meta::all_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::cpu::all_outf), k_all_out>::call)));
+  m.impl("any.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::meta::any_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::cpu::any_outf), k_any_out>::call)));
+  m.impl("argmin",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::meta::argmin),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::cpu::argmin_out), k_argmin>::call)));
+  m.impl("acosh.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::acosh_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::acosh_outf), k_acosh_out>::call)));
   m.impl("atanh",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::atanh),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::atanh_out), k_atanh>::call)));
-  m.impl("atan",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::atan),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::atan_out), k_atan>::call)));
+  m.impl("asin_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::asin_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::asin_), k_asin_>::call)));
+  m.impl("atan.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::atan_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::atan_outf), k_atan_out>::call)));
   m.impl("bitwise_not",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::bitwise_not),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_not_out), k_bitwise_not>::call)));
-  m.impl("bmm",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bmm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bmm_out), k_bmm>::call)));
-  m.impl("clamp",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::meta::clamp),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::cpu::clamp_out), k_clamp>::call)));
-  m.impl("clamp_max",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::clamp_max),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_max_out), k_clamp_max>::call)));
-  m.impl("clamp_min",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::clamp_min),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_min_out), k_clamp_min>::call)));
-  m.impl("cos",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::cos),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::cos_out), k_cos>::call)));
-  m.impl("cumprod",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumprod),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumprod_out), k_cumprod>::call)));
-  m.impl("div.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::div),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::div_out), k_div_Tensor>::call)));
-  m.impl("erf",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::erf),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::erf_out), k_erf>::call)));
-  m.impl("exp",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::exp),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::exp_out), k_exp>::call)));
-  m.impl("expm1",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::expm1),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::expm1_out), k_expm1>::call)));
-  m.impl("frac",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::frac),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::frac_out), k_frac>::call)));
-  m.impl("lcm",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::lcm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lcm_out), k_lcm>::call)));
+  m.impl("copysign.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::copysign),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::copysign_out), k_copysign_Tensor>::call)));
+  m.impl("cat",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::ITensorListRef &, int64_t)>(&at::meta::cat),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::ITensorListRef &, int64_t)>(&at::cpu::cat_out), k_cat>::call)));
+  m.impl("ceil.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::ceil_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::ceil_outf), k_ceil_out>::call)));
+  m.impl("clamp_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::meta::clamp_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::cpu::clamp_), k_clamp__Tensor>::call)));
+  m.impl("clamp_max.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::clamp_max),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_max_out), k_clamp_max_Tensor>::call)));
+  m.impl("clamp_max.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::clamp_max_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::clamp_max_outf), k_clamp_max_Tensor_out>::call)));
+  m.impl("clamp_min_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::clamp_min_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_min_), k_clamp_min__Tensor>::call)));
+  m.impl("cos_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::cos_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::cos_), k_cos_>::call)));
+  m.impl("cosh.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::cosh_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::cosh_outf), k_cosh_out>::call)));
+  m.impl("cumsum",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumsum),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumsum_out), k_cumsum>::call)));
+  m.impl("div_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::div_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::div_), k_div__Tensor>::call)));
+  m.impl("div.out_mode",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, ::std::optional<c10::string_view>, at::Tensor &)>(&at::meta::div_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, ::std::optional<c10::string_view>, at::Tensor &)>(&at::cpu::div_outf), k_div_out_mode>::call)));
+  m.impl("erfc",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::erfc),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::erfc_out), k_erfc>::call)));
+  m.impl("exp_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::exp_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::exp_), k_exp_>::call)));
+  m.impl("exp2.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::exp2_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::exp2_outf), k_exp2_out>::call)));
+  m.impl("floor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::floor),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::floor_out), k_floor>::call)));
+  m.impl("frac_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::frac_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::frac_), k_frac_>::call)));
+  m.impl("gcd_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::gcd_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::gcd_), k_gcd_>::call)));
+  m.impl("index_copy.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::index_copy_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::index_copy_outf), k_index_copy_out>::call)));
   m.impl("isin.Tensor_Tensor",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::isin),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::isin_out), k_isin_Tensor_Tensor>::call)));
-  m.impl("log_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::log_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::log_), k_log_>::call)));
+  m.impl("isin.Scalar_Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Scalar &, const at::Tensor &, bool, bool)>(&at::meta::isin),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Tensor &, bool, bool)>(&at::cpu::isin_out), k_isin_Scalar_Tensor>::call)));
+  m.impl("log10",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::log10),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::log10_out), k_log10>::call)));
   m.impl("log1p_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::log1p_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::log1p_), k_log1p_>::call)));
+  m.impl("log2.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::log2_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::log2_outf), k_log2_out>::call)));
   m.impl("logaddexp2",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::logaddexp2),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::logaddexp2_out), k_logaddexp2>::call)));
-  m.impl("_log_softmax_backward_data",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType)>(&at::meta::_log_softmax_backward_data),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType)>(&at::cpu::_log_softmax_backward_data_out), k__log_softmax_backward_data>::call)));
-  m.impl("mean.dim",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::meta::mean),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::cpu::mean_out), k_mean_dim>::call)));
-  m.impl("mul.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::mul),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::mul_out), k_mul_Tensor>::call)));
+  m.impl("_log_softmax",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::_log_softmax),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::_log_softmax_out), k__log_softmax>::call)));
+  m.impl("aminmax",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::meta::aminmax),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::cpu::aminmax_out), k_aminmax>::call)));
+  m.impl("amax",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool)>(&at::meta::amax),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool)>(&at::cpu::amax_out), k_amax>::call)));
+  m.impl("min.dim",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, int64_t, bool)>(&at::meta::min),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::min_out), k_min_dim>::call)));
+  m.impl("mm",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::mm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::mm_out), k_mm>::call)));
+  m.impl("mul.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::mul_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::mul_outf), k_mul_out>::call)));
   m.impl("neg",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::neg),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::neg_out), k_neg>::call)));
-  m.impl("round.decimals",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::round),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::round_out), k_round_decimals>::call)));
-  m.impl("gelu_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::meta::gelu_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::gelu_backward_out), k_gelu_backward>::call)));
-  m.impl("rsqrt_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::rsqrt_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::rsqrt_), k_rsqrt_>::call)));
-  m.impl("mish",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::mish),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::mish_out), k_mish>::call)));
+  m.impl("round_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::round_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::round_), k_round_>::call)));
+  m.impl("round.decimals_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::meta::round_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::cpu::round_outf), k_round_decimals_out>::call)));
+  m.impl("gelu_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, c10::string_view, at::Tensor &)>(&at::meta::gelu_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, c10::string_view, at::Tensor &)>(&at::cpu::gelu_backward_outf), k_gelu_backward_grad_input>::call)));
+  m.impl("hardshrink_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::hardshrink_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::hardshrink_backward_outf), k_hardshrink_backward_grad_input>::call)));
+  m.impl("rsqrt.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::rsqrt_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::rsqrt_outf), k_rsqrt_out>::call)));
+  m.impl("silu_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::silu_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::silu_backward_outf), k_silu_backward_grad_input>::call)));
+  m.impl("mish.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::mish_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::mish_outf), k_mish_out>::call)));
   m.impl("sin",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sin),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sin_out), k_sin>::call)));
-  m.impl("sinh",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sinh),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sinh_out), k_sinh>::call)));
-  m.impl("sum.dim_IntList",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::meta::sum),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::cpu::sum_out), k_sum_dim_IntList>::call)));
+  m.impl("sinc_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sinc_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sinc_), k_sinc_>::call)));
+  m.impl("sinh.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::sinh_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::sinh_outf), k_sinh_out>::call)));
+  m.impl("_softmax_backward_data.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType, at::Tensor &)>(&at::meta::_softmax_backward_data_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, int64_t, at::ScalarType, at::Tensor &)>(&at::cpu::_softmax_backward_data_outf), k__softmax_backward_data_out>::call)));
+  m.impl("hash_tensor.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, int64_t, at::Tensor &)>(&at::meta::hash_tensor_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, int64_t, at::Tensor &)>(&at::cpu::hash_tensor_outf), k_hash_tensor_out>::call)));
   m.impl("prod.dim_int",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool, ::std::optional<at::ScalarType>)>(&at::meta::prod),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool, ::std::optional<at::ScalarType>)>(&at::cpu::prod_out), k_prod_dim_int>::call)));
-  m.impl("tanh_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::tanh_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::tanh_), k_tanh_>::call)));
-  m.impl("trunc",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::trunc),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::trunc_out), k_trunc>::call)));
-  m.impl("sub.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::sub),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::sub_out), k_sub_Tensor>::call)));
-  m.impl("addmm",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmm),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmm_out), k_addmm>::call)));
-  m.impl("index_add",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::index_add),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::index_add_out), k_index_add>::call)));
-  m.impl("scatter_.src",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_), k_scatter__src>::call)));
+  m.impl("tan.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::tan_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::tan_outf), k_tan_out>::call)));
+  m.impl("threshold",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::threshold),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::threshold_out), k_threshold>::call)));
+  m.impl("threshold_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::threshold_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::threshold_backward_out), k_threshold_backward>::call)));
+  m.impl("norm.ScalarOpt_dim_dtype",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::ScalarType)>(&at::meta::norm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool, at::ScalarType)>(&at::cpu::norm_out), k_norm_ScalarOpt_dim_dtype>::call)));
+  m.impl("sub.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::sub_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::sub_outf), k_sub_out>::call)));
+  m.impl("heaviside",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::heaviside),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::heaviside_out), k_heaviside>::call)));
+  m.impl("addmm_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmm_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmm_), k_addmm_>::call)));
+  m.impl("index_add_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::index_add_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::index_add_), k_index_add_>::call)));
+  m.impl("index_reduce",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::index_reduce),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::index_reduce_out), k_index_reduce>::call)));
+  m.impl("scatter.value",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::meta::scatter),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::cpu::scatter_out), k_scatter_value>::call)));
   m.impl("scatter_.reduce",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::meta::scatter_),
                    static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::scatter_), k_scatter__reduce>::call)));
-  m.impl("scatter_add_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter_add_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_add_), k_scatter_add_>::call)));
+  m.impl("scatter.value_reduce_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view, at::Tensor &)>(&at::meta::scatter_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view, at::Tensor &)>(&at::cpu::scatter_outf), k_scatter_value_reduce_out>::call)));
+  m.impl("scatter_reduce.two",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::scatter_reduce),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::scatter_reduce_out), k_scatter_reduce_two>::call)));
   m.impl("eq_.Tensor",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::eq_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::eq_), k_eq__Tensor>::call)));
-  m.impl("bitwise_or_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_or_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_or_), k_bitwise_or__Tensor>::call)));
-  m.impl("bitwise_left_shift_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_left_shift_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_left_shift_), k_bitwise_left_shift__Tensor>::call)));
-  m.impl("triu_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::meta::triu_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::cpu::triu_), k_triu_>::call)));
-  m.impl("triu",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::triu),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::triu_out), k_triu>::call)));
-  m.impl("ne_.Scalar",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::ne_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::ne_), k_ne__Scalar>::call)));
+  m.impl("bitwise_or.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::bitwise_or_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::bitwise_or_outf), k_bitwise_or_Tensor_out>::call)));
+  m.impl("bitwise_xor.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_xor),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_xor_out), k_bitwise_xor_Tensor>::call)));
+  m.impl("bitwise_left_shift.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::bitwise_left_shift_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::bitwise_left_shift_outf), k_bitwise_left_shift_Tensor_out>::call)));
+  m.impl("tril_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::meta::tril_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::cpu::tril_), k_tril_>::call)));
+  m.impl("lerp_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::lerp_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lerp_), k_lerp__Tensor>::call)));
+  m.impl("tril",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::tril),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::tril_out), k_tril>::call)));
+  m.impl("ne.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::ne),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::ne_out), k_ne_Tensor>::call)));
+  m.impl("eq.Scalar",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::eq),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::eq_out), k_eq_Scalar>::call)));
   m.impl("ge.Scalar",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::ge),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::ge_out), k_ge_Scalar>::call)));
-  m.impl("le.Scalar",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::le),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::le_out), k_le_Scalar>::call)));
+  m.impl("ge_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::ge_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::ge_), k_ge__Tensor>::call)));
+  m.impl("le.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::le),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::le_out), k_le_Tensor>::call)));
   m.impl("gt.Scalar",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::gt),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::gt_out), k_gt_Scalar>::call)));
-  m.impl("lt.Scalar",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::lt),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::lt_out), k_lt_Scalar>::call)));
+  m.impl("gt_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::gt_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::gt_), k_gt__Tensor>::call)));
+  m.impl("lt.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::lt),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lt_out), k_lt_Tensor>::call)));
   m.impl("gather",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, bool)>(&at::meta::gather),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, bool)>(&at::cpu::gather_out), k_gather>::call)));
-  m.impl("addcdiv_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcdiv_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcdiv_), k_addcdiv_>::call)));
-  m.impl("lgamma",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::lgamma),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::lgamma_out), k_lgamma>::call)));
-  m.impl("erfinv_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::erfinv_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::erfinv_), k_erfinv_>::call)));
-  m.impl("sign_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sign_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sign_), k_sign_>::call)));
-  m.impl("lerp.Scalar",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::lerp),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::lerp_out), k_lerp_Scalar>::call)));
+  m.impl("addcdiv.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::addcdiv_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::addcdiv_outf), k_addcdiv_out>::call)));
+  m.impl("triangular_solve",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, bool, bool, bool)>(&at::meta::triangular_solve),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool, bool)>(&at::cpu::triangular_solve_out), k_triangular_solve>::call)));
+  m.impl("lgamma_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::lgamma_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::lgamma_), k_lgamma_>::call)));
+  m.impl("polygamma.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(int64_t, const at::Tensor &, at::Tensor &)>(&at::meta::polygamma_outf),
+                   static_cast<at::Tensor & (*)(int64_t, const at::Tensor &, at::Tensor &)>(&at::cpu::polygamma_outf), k_polygamma_out>::call)));
+  m.impl("erfinv.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::erfinv_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::erfinv_outf), k_erfinv_out>::call)));
+  m.impl("sign",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sign),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sign_out), k_sign>::call)));
+  m.impl("signbit.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::signbit_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::signbit_outf), k_signbit_out>::call)));
+  m.impl("lerp.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::lerp_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::lerp_outf), k_lerp_Scalar_out>::call)));
+  m.impl("fmod.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::fmod_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::fmod_outf), k_fmod_Tensor_out>::call)));
   m.impl("hypot",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::hypot),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::hypot_out), k_hypot>::call)));
-  m.impl("igammac",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::igammac),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::igammac_out), k_igammac>::call)));
+  m.impl("igamma_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::igamma_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::igamma_), k_igamma_>::call)));
+  m.impl("nextafter.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::nextafter_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::nextafter_outf), k_nextafter_out>::call)));
   m.impl("remainder.Tensor",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::remainder),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::remainder_out), k_remainder_Tensor>::call)));
-  m.impl("maximum",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::maximum),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::maximum_out), k_maximum>::call)));
-  m.impl("all",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::all),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::all_out), k_all>::call)));
-  m.impl("pow.Tensor_Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::pow),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::pow_out), k_pow_Tensor_Tensor>::call)));
+  m.impl("fmax",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::fmax),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::fmax_out), k_fmax>::call)));
+  m.impl("minimum",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::minimum),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::minimum_out), k_minimum>::call)));
+  m.impl("topk.values",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, int64_t, int64_t, bool, bool, at::Tensor &, at::Tensor &)>(&at::meta::topk_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, int64_t, int64_t, bool, bool, at::Tensor &, at::Tensor &)>(&at::cpu::topk_outf), k_topk_values>::call)));
+  m.impl("any",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::any),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::any_out), k_any>::call)));
+  m.impl("renorm_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::meta::renorm_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, int64_t, const at::Scalar &)>(&at::cpu::renorm_), k_renorm_>::call)));
+  m.impl("pow.Scalar",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Scalar &, const at::Tensor &)>(&at::meta::pow),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Tensor &)>(&at::cpu::pow_out), k_pow_Scalar>::call)));
   m.impl("pow_.Tensor",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::pow_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::pow_), k_pow__Tensor>::call)));
+  m.impl("_convert_indices_from_csr_to_coo.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::meta::_convert_indices_from_csr_to_coo_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &)>(&at::cpu::_convert_indices_from_csr_to_coo_outf), k__convert_indices_from_csr_to_coo_out>::call)));
   m.impl("nll_loss_backward",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, const at::Tensor &)>(&at::meta::nll_loss_backward),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, const at::Tensor &)>(&at::cpu::nll_loss_backward_out), k_nll_loss_backward>::call)));
-  m.impl("glu",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::glu),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::glu_out), k_glu>::call)));
-  m.impl("leaky_relu",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::leaky_relu),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::leaky_relu_out), k_leaky_relu>::call)));
-  m.impl("softplus_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::softplus_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::softplus_backward_out), k_softplus_backward>::call)));
-  m.impl("adaptive_max_pool2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::adaptive_max_pool2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::adaptive_max_pool2d_backward_out), k_adaptive_max_pool2d_backward>::call)));
-  m.impl("avg_pool2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool2d_backward_out), k_avg_pool2d_backward>::call)));
-  m.impl("fractional_max_pool2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool2d_backward_out), k_fractional_max_pool2d_backward>::call)));
-  m.impl("reflection_pad1d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad1d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad1d_out), k_reflection_pad1d>::call)));
-  m.impl("replication_pad1d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad1d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad1d_out), k_replication_pad1d>::call)));
-  m.impl("upsample_linear1d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>)>(&at::meta::upsample_linear1d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>)>(&at::cpu::upsample_linear1d_out), k_upsample_linear1d>::call)));
-  m.impl("_upsample_bilinear2d_aa",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bilinear2d_aa),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bilinear2d_aa_out), k__upsample_bilinear2d_aa>::call)));
-  m.impl("_upsample_bicubic2d_aa",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bicubic2d_aa),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bicubic2d_aa_out), k__upsample_bicubic2d_aa>::call)));
-  m.impl("upsample_trilinear3d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_trilinear3d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_trilinear3d_out), k_upsample_trilinear3d>::call)));
-  m.impl("upsample_nearest1d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::meta::upsample_nearest1d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::upsample_nearest1d_backward_out), k_upsample_nearest1d_backward>::call)));
-  m.impl("upsample_nearest2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest2d_backward_out), k_upsample_nearest2d_backward>::call)));
-  m.impl("upsample_nearest3d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_nearest3d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_nearest3d_backward_out), k_upsample_nearest3d_backward>::call)));
-  m.impl("tanh_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::tanh_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::tanh_backward_out), k_tanh_backward>::call)));
+  m.impl("elu_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &)>(&at::meta::elu_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, bool, const at::Tensor &)>(&at::cpu::elu_backward_out), k_elu_backward>::call)));
+  m.impl("hardsigmoid.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::hardsigmoid_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::hardsigmoid_outf), k_hardsigmoid_out>::call)));
+  m.impl("hardsigmoid_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::hardsigmoid_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::hardsigmoid_backward_out), k_hardsigmoid_backward>::call)));
+  m.impl("leaky_relu_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, bool)>(&at::meta::leaky_relu_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, bool)>(&at::cpu::leaky_relu_backward_out), k_leaky_relu_backward>::call)));
+  m.impl("softplus_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::meta::softplus_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::cpu::softplus_backward_outf), k_softplus_backward_grad_input>::call)));
+  m.impl("softshrink_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::softshrink_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::softshrink_backward_outf), k_softshrink_backward_grad_input>::call)));
+  m.impl("adaptive_max_pool2d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::adaptive_max_pool2d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::adaptive_max_pool2d_backward_outf), k_adaptive_max_pool2d_backward_grad_input>::call)));
+  m.impl("adaptive_max_pool3d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::adaptive_max_pool3d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::adaptive_max_pool3d_backward_outf), k_adaptive_max_pool3d_backward_grad_input>::call)));
+  m.impl("avg_pool2d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::meta::avg_pool2d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::cpu::avg_pool2d_backward_outf), k_avg_pool2d_backward_grad_input>::call)));
+  m.impl("avg_pool3d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::meta::avg_pool3d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>, at::Tensor &)>(&at::cpu::avg_pool3d_backward_outf), k_avg_pool3d_backward_grad_input>::call)));
+  m.impl("fractional_max_pool2d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &, at::Tensor &)>(&at::meta::fractional_max_pool2d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &, at::Tensor &)>(&at::cpu::fractional_max_pool2d_backward_outf), k_fractional_max_pool2d_backward_grad_input>::call)));
+  m.impl("max_pool2d_with_indices.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, at::Tensor &, at::Tensor &)>(&at::meta::max_pool2d_with_indices_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, at::Tensor &, at::Tensor &)>(&at::cpu::max_pool2d_with_indices_outf), k_max_pool2d_with_indices_out>::call)));
+  m.impl("reflection_pad1d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::reflection_pad1d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::reflection_pad1d_outf), k_reflection_pad1d_out>::call)));
+  m.impl("reflection_pad3d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::reflection_pad3d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::reflection_pad3d_outf), k_reflection_pad3d_out>::call)));
+  m.impl("replication_pad1d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::replication_pad1d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::replication_pad1d_outf), k_replication_pad1d_out>::call)));
+  m.impl("replication_pad2d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::meta::replication_pad2d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::Tensor &)>(&at::cpu::replication_pad2d_outf), k_replication_pad2d_out>::call)));
+  m.impl("upsample_linear1d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_linear1d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_linear1d_outf), k_upsample_linear1d_out>::call)));
+  m.impl("upsample_bilinear2d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_bilinear2d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_bilinear2d_outf), k_upsample_bilinear2d_out>::call)));
+  m.impl("_upsample_bilinear2d_aa.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_bilinear2d_aa_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_bilinear2d_aa_outf), k__upsample_bilinear2d_aa_out>::call)));
+  m.impl("upsample_bicubic2d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_bicubic2d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_bicubic2d_outf), k_upsample_bicubic2d_out>::call)));
+  m.impl("_upsample_bicubic2d_aa.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_bicubic2d_aa_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_bicubic2d_aa_outf), k__upsample_bicubic2d_aa_out>::call)));
+  m.impl("_upsample_lanczos2d_aa.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_lanczos2d_aa_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_lanczos2d_aa_outf), k__upsample_lanczos2d_aa_out>::call)));
+  m.impl("upsample_trilinear3d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_trilinear3d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_trilinear3d_outf), k_upsample_trilinear3d_out>::call)));
+  m.impl("upsample_nearest1d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_nearest1d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_nearest1d_outf), k_upsample_nearest1d_out>::call)));
+  m.impl("upsample_nearest1d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_nearest1d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_nearest1d_backward_outf), k_upsample_nearest1d_backward_grad_input>::call)));
+  m.impl("upsample_nearest2d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_nearest2d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_nearest2d_outf), k_upsample_nearest2d_out>::call)));
+  m.impl("upsample_nearest2d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_nearest2d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_nearest2d_backward_outf), k_upsample_nearest2d_backward_grad_input>::call)));
+  m.impl("upsample_nearest3d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_nearest3d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_nearest3d_outf), k_upsample_nearest3d_out>::call)));
+  m.impl("upsample_nearest3d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::upsample_nearest3d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::upsample_nearest3d_backward_outf), k_upsample_nearest3d_backward_grad_input>::call)));
+  m.impl("sigmoid_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::sigmoid_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::sigmoid_backward_outf), k_sigmoid_backward_grad_input>::call)));
+  m.impl("tanh_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::tanh_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::tanh_backward_outf), k_tanh_backward_grad_input>::call)));
+  m.impl("isposinf",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::isposinf),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::isposinf_out), k_isposinf>::call)));
   m.impl("special_entr",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_entr),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_entr_out), k_special_entr>::call)));
+  m.impl("special_log_ndtr",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_log_ndtr),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_log_ndtr_out), k_special_log_ndtr>::call)));
   m.impl("special_xlog1py",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_xlog1py),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_xlog1py_out), k_special_xlog1py>::call)));
+  m.impl("special_i0e",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i0e),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i0e_out), k_special_i0e>::call)));
   m.impl("special_i1e",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_i1e),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_i1e_out), k_special_i1e>::call)));
+  m.impl("linalg_cross",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, int64_t)>(&at::meta::linalg_cross),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::linalg_cross_out), k_linalg_cross>::call)));
   m.impl("linalg_lu",
          TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool)>(&at::meta::linalg_lu),
                    static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool)>(&at::cpu::linalg_lu_out), k_linalg_lu>::call)));
+  m.impl("_linalg_det",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &)>(&at::meta::_linalg_det),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &)>(&at::cpu::_linalg_det_out), k__linalg_det>::call)));
   m.impl("linalg_ldl_solve",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool)>(&at::meta::linalg_ldl_solve),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, bool)>(&at::cpu::linalg_ldl_solve_out), k_linalg_ldl_solve>::call)));
+  m.impl("_linalg_eigh",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, c10::string_view, bool)>(&at::meta::_linalg_eigh),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::_linalg_eigh_out), k__linalg_eigh>::call)));
   m.impl("linalg_vector_norm",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::meta::linalg_vector_norm),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::cpu::linalg_vector_norm_out), k_linalg_vector_norm>::call)));
+  m.impl("_linalg_solve_ex",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::_linalg_solve_ex),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::_linalg_solve_ex_out), k__linalg_solve_ex>::call)));
   m.impl("special_airy_ai",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_airy_ai),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_airy_ai_out), k_special_airy_ai>::call)));
+  m.impl("special_bessel_j1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_j1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_j1_out), k_special_bessel_j1>::call)));
   m.impl("special_bessel_y1",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_y1),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_y1_out), k_special_bessel_y1>::call)));
+  m.impl("special_chebyshev_polynomial_u",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_u),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_u_out), k_special_chebyshev_polynomial_u>::call)));
   m.impl("special_chebyshev_polynomial_w",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_w),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_w_out), k_special_chebyshev_polynomial_w>::call)));
+  m.impl("special_hermite_polynomial_he",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_hermite_polynomial_he),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_hermite_polynomial_he_out), k_special_hermite_polynomial_he>::call)));
   m.impl("special_legendre_polynomial_p",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_legendre_polynomial_p),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_legendre_polynomial_p_out), k_special_legendre_polynomial_p>::call)));
+  m.impl("special_modified_bessel_i1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_i1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_i1_out), k_special_modified_bessel_i1>::call)));
   m.impl("special_modified_bessel_k1",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_k1),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_k1_out), k_special_modified_bessel_k1>::call)));
+  m.impl("special_scaled_modified_bessel_k1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k1_out), k_special_scaled_modified_bessel_k1>::call)));
   m.impl("special_shifted_chebyshev_polynomial_u",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_u),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_u_out), k_special_shifted_chebyshev_polynomial_u>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_w",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_w),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_w_out), k_special_shifted_chebyshev_polynomial_w>::call)));
 }
 
 }  // namespace torch_neuronx::structured

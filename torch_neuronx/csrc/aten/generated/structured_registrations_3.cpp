@@ -3,48 +3,82 @@
 // aten/structured_kernel.h.
 #include <torch/library.h>
 
+#include <ATen/ops/_addmm_activation_cpu_dispatch.h>
+#include <ATen/ops/_addmm_activation_meta_dispatch.h>
 #include <ATen/ops/_convert_indices_from_coo_to_csr_cpu_dispatch.h>
 #include <ATen/ops/_convert_indices_from_coo_to_csr_meta_dispatch.h>
-#include <ATen/ops/_linalg_slogdet_cpu_dispatch.h>
-#include <ATen/ops/_linalg_slogdet_meta_dispatch.h>
-#include <ATen/ops/_linalg_svd_cpu_dispatch.h>
-#include <ATen/ops/_linalg_svd_meta_dispatch.h>
-#include <ATen/ops/_upsample_bicubic2d_aa_backward_cpu_dispatch.h>
-#include <ATen/ops/_upsample_bicubic2d_aa_backward_meta_dispatch.h>
-#include <ATen/ops/_upsample_bilinear2d_aa_backward_cpu_dispatch.h>
-#include <ATen/ops/_upsample_bilinear2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_linalg_det_cpu_dispatch.h>
+#include <ATen/ops/_linalg_det_meta_dispatch.h>
+#include <ATen/ops/_linalg_eigh_cpu_dispatch.h>
+#include <ATen/ops/_linalg_eigh_meta_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_cpu_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_meta_dispatch.h>
+#include <ATen/ops/_log_softmax_cpu_dispatch.h>
+#include <ATen/ops/_log_softmax_meta_dispatch.h>
+#include <ATen/ops/_softmax_cpu_dispatch.h>
+#include <ATen/ops/_softmax_meta_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_meta_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_cpu_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_meta_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_cpu_dispatch.h>
+#include <ATen/ops/_upsample_lanczos2d_aa_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact1d_backward_cpu_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact1d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact1d_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact1d_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact2d_backward_cpu_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact2d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_backward_cpu_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_cpu_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_meta_dispatch.h>
 #include <ATen/ops/acos_cpu_dispatch.h>
 #include <ATen/ops/acos_meta_dispatch.h>
-#include <ATen/ops/acosh_cpu_dispatch.h>
-#include <ATen/ops/acosh_meta_dispatch.h>
-#include <ATen/ops/adaptive_max_pool3d_cpu_dispatch.h>
-#include <ATen/ops/adaptive_max_pool3d_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool2d_backward_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_cpu_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_meta_dispatch.h>
+#include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/addcdiv_cpu_dispatch.h>
+#include <ATen/ops/addcdiv_meta_dispatch.h>
 #include <ATen/ops/addcmul_cpu_dispatch.h>
 #include <ATen/ops/addcmul_meta_dispatch.h>
-#include <ATen/ops/addmm_cpu_dispatch.h>
-#include <ATen/ops/addmm_meta_dispatch.h>
 #include <ATen/ops/addmv_cpu_dispatch.h>
 #include <ATen/ops/addmv_meta_dispatch.h>
+#include <ATen/ops/all_cpu_dispatch.h>
+#include <ATen/ops/all_meta_dispatch.h>
+#include <ATen/ops/amax_cpu_dispatch.h>
+#include <ATen/ops/amax_meta_dispatch.h>
 #include <ATen/ops/aminmax_cpu_dispatch.h>
 #include <ATen/ops/aminmax_meta_dispatch.h>
 #include <ATen/ops/any_cpu_dispatch.h>
 #include <ATen/ops/any_meta_dispatch.h>
-#include <ATen/ops/atan_cpu_dispatch.h>
-#include <ATen/ops/atan_meta_dispatch.h>
+#include <ATen/ops/argmin_cpu_dispatch.h>
+#include <ATen/ops/argmin_meta_dispatch.h>
+#include <ATen/ops/asin_cpu_dispatch.h>
+#include <ATen/ops/asin_meta_dispatch.h>
+#include <ATen/ops/asinh_cpu_dispatch.h>
+#include <ATen/ops/asinh_meta_dispatch.h>
+#include <ATen/ops/atan2_cpu_dispatch.h>
+#include <ATen/ops/atan2_meta_dispatch.h>
 #include <ATen/ops/atanh_cpu_dispatch.h>
 #include <ATen/ops/atanh_meta_dispatch.h>
-#include <ATen/ops/avg_pool3d_cpu_dispatch.h>
-#include <ATen/ops/avg_pool3d_meta_dispatch.h>
+#include <ATen/ops/avg_pool2d_backward_cpu_dispatch.h>
+#include <ATen/ops/avg_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_cpu_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_meta_dispatch.h>
+#include <ATen/ops/baddbmm_cpu_dispatch.h>
+#include <ATen/ops/baddbmm_meta_dispatch.h>
 #include <ATen/ops/bitwise_and_cpu_dispatch.h>
 #include <ATen/ops/bitwise_and_meta_dispatch.h>
 #include <ATen/ops/bitwise_not_cpu_dispatch.h>
 #include <ATen/ops/bitwise_not_meta_dispatch.h>
+#include <ATen/ops/bitwise_or_cpu_dispatch.h>
+#include <ATen/ops/bitwise_or_meta_dispatch.h>
 #include <ATen/ops/bitwise_right_shift_cpu_dispatch.h>
 #include <ATen/ops/bitwise_right_shift_meta_dispatch.h>
 #include <ATen/ops/bitwise_xor_cpu_dispatch.h>
@@ -57,526 +91,883 @@
 #include <ATen/ops/clamp_meta_dispatch.h>
 #include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta_dispatch.h>
+#include <ATen/ops/copysign_cpu_dispatch.h>
+#include <ATen/ops/copysign_meta_dispatch.h>
 #include <ATen/ops/cos_cpu_dispatch.h>
 #include <ATen/ops/cos_meta_dispatch.h>
 #include <ATen/ops/cumprod_cpu_dispatch.h>
 #include <ATen/ops/cumprod_meta_dispatch.h>
-#include <ATen/ops/digamma_cpu_dispatch.h>
-#include <ATen/ops/digamma_meta_dispatch.h>
+#include <ATen/ops/cumsum_cpu_dispatch.h>
+#include <ATen/ops/cumsum_meta_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
 #include <ATen/ops/elu_cpu_dispatch.h>
 #include <ATen/ops/elu_meta_dispatch.h>
+#include <ATen/ops/eq_cpu_dispatch.h>
+#include <ATen/ops/eq_meta_dispatch.h>
 #include <ATen/ops/erf_cpu_dispatch.h>
 #include <ATen/ops/erf_meta_dispatch.h>
+#include <ATen/ops/erfc_cpu_dispatch.h>
+#include <ATen/ops/erfc_meta_dispatch.h>
 #include <ATen/ops/exp_cpu_dispatch.h>
 #include <ATen/ops/exp_meta_dispatch.h>
 #include <ATen/ops/expm1_cpu_dispatch.h>
 #include <ATen/ops/expm1_meta_dispatch.h>
+#include <ATen/ops/floor_cpu_dispatch.h>
+#include <ATen/ops/floor_meta_dispatch.h>
+#include <ATen/ops/fmax_cpu_dispatch.h>
+#include <ATen/ops/fmax_meta_dispatch.h>
+#include <ATen/ops/fmod_cpu_dispatch.h>
+#include <ATen/ops/fmod_meta_dispatch.h>
 #include <ATen/ops/frac_cpu_dispatch.h>
 #include <ATen/ops/frac_meta_dispatch.h>
-#include <ATen/ops/fractional_max_pool3d_cpu_dispatch.h>
-#include <ATen/ops/fractional_max_pool3d_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool2d_backward_cpu_dispatch.h>
+#include <ATen/ops/fractional_max_pool2d_backward_meta_dispatch.h>
 #include <ATen/ops/ge_cpu_dispatch.h>
 #include <ATen/ops/ge_meta_dispatch.h>
+#include <ATen/ops/gelu_backward_cpu_dispatch.h>
+#include <ATen/ops/gelu_backward_meta_dispatch.h>
+#include <ATen/ops/gelu_cpu_dispatch.h>
+#include <ATen/ops/gelu_meta_dispatch.h>
 #include <ATen/ops/gt_cpu_dispatch.h>
 #include <ATen/ops/gt_meta_dispatch.h>
-#include <ATen/ops/hardshrink_cpu_dispatch.h>
-#include <ATen/ops/hardshrink_meta_dispatch.h>
+#include <ATen/ops/hardshrink_backward_cpu_dispatch.h>
+#include <ATen/ops/hardshrink_backward_meta_dispatch.h>
 #include <ATen/ops/hardsigmoid_cpu_dispatch.h>
 #include <ATen/ops/hardsigmoid_meta_dispatch.h>
-#include <ATen/ops/hash_tensor_cpu_dispatch.h>
-#include <ATen/ops/hash_tensor_meta_dispatch.h>
+#include <ATen/ops/heaviside_cpu_dispatch.h>
+#include <ATen/ops/heaviside_meta_dispatch.h>
 #include <ATen/ops/hypot_cpu_dispatch.h>
 #include <ATen/ops/hypot_meta_dispatch.h>
 #include <ATen/ops/i0_cpu_dispatch.h>
 #include <ATen/ops/i0_meta_dispatch.h>
 #include <ATen/ops/igammac_cpu_dispatch.h>
 #include <ATen/ops/igammac_meta_dispatch.h>
-#include <ATen/ops/index_reduce_cpu_dispatch.h>
-#include <ATen/ops/index_reduce_meta_dispatch.h>
+#include <ATen/ops/index_add_cpu_dispatch.h>
+#include <ATen/ops/index_add_meta_dispatch.h>
+#include <ATen/ops/index_copy_cpu_dispatch.h>
+#include <ATen/ops/index_copy_meta_dispatch.h>
 #include <ATen/ops/isin_cpu_dispatch.h>
 #include <ATen/ops/isin_meta_dispatch.h>
+#include <ATen/ops/isposinf_cpu_dispatch.h>
+#include <ATen/ops/isposinf_meta_dispatch.h>
 #include <ATen/ops/lcm_cpu_dispatch.h>
 #include <ATen/ops/lcm_meta_dispatch.h>
 #include <ATen/ops/le_cpu_dispatch.h>
 #include <ATen/ops/le_meta_dispatch.h>
-#include <ATen/ops/leaky_relu_backward_cpu_dispatch.h>
-#include <ATen/ops/leaky_relu_backward_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_cpu_dispatch.h>
+#include <ATen/ops/leaky_relu_meta_dispatch.h>
 #include <ATen/ops/lerp_cpu_dispatch.h>
 #include <ATen/ops/lerp_meta_dispatch.h>
-#include <ATen/ops/linalg_cholesky_ex_cpu_dispatch.h>
-#include <ATen/ops/linalg_cholesky_ex_meta_dispatch.h>
-#include <ATen/ops/linalg_lu_solve_cpu_dispatch.h>
-#include <ATen/ops/linalg_lu_solve_meta_dispatch.h>
+#include <ATen/ops/lgamma_cpu_dispatch.h>
+#include <ATen/ops/lgamma_meta_dispatch.h>
+#include <ATen/ops/linalg_cross_cpu_dispatch.h>
+#include <ATen/ops/linalg_cross_meta_dispatch.h>
+#include <ATen/ops/linalg_ldl_solve_cpu_dispatch.h>
+#include <ATen/ops/linalg_ldl_solve_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_cpu_dispatch.h>
+#include <ATen/ops/linalg_lu_meta_dispatch.h>
+#include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
+#include <ATen/ops/linalg_vector_norm_meta_dispatch.h>
 #include <ATen/ops/log10_cpu_dispatch.h>
 #include <ATen/ops/log10_meta_dispatch.h>
-#include <ATen/ops/log2_cpu_dispatch.h>
-#include <ATen/ops/log2_meta_dispatch.h>
+#include <ATen/ops/log1p_cpu_dispatch.h>
+#include <ATen/ops/log1p_meta_dispatch.h>
+#include <ATen/ops/log_cpu_dispatch.h>
+#include <ATen/ops/log_meta_dispatch.h>
+#include <ATen/ops/logaddexp_cpu_dispatch.h>
+#include <ATen/ops/logaddexp_meta_dispatch.h>
 #include <ATen/ops/lt_cpu_dispatch.h>
 #include <ATen/ops/lt_meta_dispatch.h>
+#include <ATen/ops/lu_unpack_cpu_dispatch.h>
+#include <ATen/ops/lu_unpack_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_cpu_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_meta_dispatch.h>
 #include <ATen/ops/min_cpu_dispatch.h>
 #include <ATen/ops/min_meta_dispatch.h>
 #include <ATen/ops/minimum_cpu_dispatch.h>
 #include <ATen/ops/minimum_meta_dispatch.h>
-#include <ATen/ops/mish_cpu_dispatch.h>
-#include <ATen/ops/mish_meta_dispatch.h>
-#include <ATen/ops/mul_cpu_dispatch.h>
-#include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <ATen/ops/mm_meta_dispatch.h>
 #include <ATen/ops/ne_cpu_dispatch.h>
 #include <ATen/ops/ne_meta_dispatch.h>
 #include <ATen/ops/neg_cpu_dispatch.h>
 #include <ATen/ops/neg_meta_dispatch.h>
+#include <ATen/ops/nextafter_cpu_dispatch.h>
+#include <ATen/ops/nextafter_meta_dispatch.h>
+#include <ATen/ops/nll_loss_forward_cpu_dispatch.h>
+#include <ATen/ops/nll_loss_forward_meta_dispatch.h>
+#include <ATen/ops/norm_cpu_dispatch.h>
+#include <ATen/ops/norm_meta_dispatch.h>
+#include <ATen/ops/polygamma_cpu_dispatch.h>
+#include <ATen/ops/polygamma_meta_dispatch.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/pow_meta_dispatch.h>
-#include <ATen/ops/reflection_pad1d_backward_cpu_dispatch.h>
-#include <ATen/ops/reflection_pad1d_backward_meta_dispatch.h>
+#include <ATen/ops/prod_cpu_dispatch.h>
+#include <ATen/ops/prod_meta_dispatch.h>
+#include <ATen/ops/reciprocal_cpu_dispatch.h>
+#include <ATen/ops/reciprocal_meta_dispatch.h>
+#include <ATen/ops/reflection_pad1d_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad1d_meta_dispatch.h>
+#include <ATen/ops/reflection_pad3d_cpu_dispatch.h>
+#include <ATen/ops/reflection_pad3d_meta_dispatch.h>
 #include <ATen/ops/remainder_cpu_dispatch.h>
 #include <ATen/ops/remainder_meta_dispatch.h>
-#include <ATen/ops/replication_pad1d_backward_cpu_dispatch.h>
-#include <ATen/ops/replication_pad1d_backward_meta_dispatch.h>
+#include <ATen/ops/replication_pad1d_cpu_dispatch.h>
+#include <ATen/ops/replication_pad1d_meta_dispatch.h>
+#include <ATen/ops/replication_pad2d_cpu_dispatch.h>
+#include <ATen/ops/replication_pad2d_meta_dispatch.h>
 #include <ATen/ops/round_cpu_dispatch.h>
 #include <ATen/ops/round_meta_dispatch.h>
+#include <ATen/ops/scatter_add_cpu_dispatch.h>
+#include <ATen/ops/scatter_add_meta_dispatch.h>
 #include <ATen/ops/scatter_cpu_dispatch.h>
 #include <ATen/ops/scatter_meta_dispatch.h>
 #include <ATen/ops/scatter_reduce_cpu_dispatch.h>
 #include <ATen/ops/scatter_reduce_meta_dispatch.h>
-#include <ATen/ops/signbit_cpu_dispatch.h>
-#include <ATen/ops/signbit_meta_dispatch.h>
+#include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
+#include <ATen/ops/sigmoid_backward_meta_dispatch.h>
+#include <ATen/ops/sigmoid_cpu_dispatch.h>
+#include <ATen/ops/sigmoid_meta_dispatch.h>
+#include <ATen/ops/sign_cpu_dispatch.h>
+#include <ATen/ops/sign_meta_dispatch.h>
+#include <ATen/ops/silu_backward_cpu_dispatch.h>
+#include <ATen/ops/silu_backward_meta_dispatch.h>
 #include <ATen/ops/silu_cpu_dispatch.h>
 #include <ATen/ops/silu_meta_dispatch.h>
 #include <ATen/ops/sin_cpu_dispatch.h>
 #include <ATen/ops/sin_meta_dispatch.h>
-#include <ATen/ops/sinh_cpu_dispatch.h>
-#include <ATen/ops/sinh_meta_dispatch.h>
-#include <ATen/ops/slow_conv_transpose2d_cpu_dispatch.h>
-#include <ATen/ops/slow_conv_transpose2d_meta_dispatch.h>
-#include <ATen/ops/softshrink_cpu_dispatch.h>
-#include <ATen/ops/softshrink_meta_dispatch.h>
-#include <ATen/ops/special_bessel_j0_cpu_dispatch.h>
-#include <ATen/ops/special_bessel_j0_meta_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_t_cpu_dispatch.h>
-#include <ATen/ops/special_chebyshev_polynomial_t_meta_dispatch.h>
-#include <ATen/ops/special_hermite_polynomial_h_cpu_dispatch.h>
-#include <ATen/ops/special_hermite_polynomial_h_meta_dispatch.h>
-#include <ATen/ops/special_modified_bessel_i0_cpu_dispatch.h>
-#include <ATen/ops/special_modified_bessel_i0_meta_dispatch.h>
-#include <ATen/ops/special_ndtri_cpu_dispatch.h>
-#include <ATen/ops/special_ndtri_meta_dispatch.h>
-#include <ATen/ops/special_scaled_modified_bessel_k0_cpu_dispatch.h>
-#include <ATen/ops/special_scaled_modified_bessel_k0_meta_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_v_cpu_dispatch.h>
-#include <ATen/ops/special_shifted_chebyshev_polynomial_v_meta_dispatch.h>
-#include <ATen/ops/special_zeta_cpu_dispatch.h>
-#include <ATen/ops/special_zeta_meta_dispatch.h>
+#include <ATen/ops/sinc_cpu_dispatch.h>
+#include <ATen/ops/sinc_meta_dispatch.h>
+#include <ATen/ops/softplus_backward_cpu_dispatch.h>
+#include <ATen/ops/softplus_backward_meta_dispatch.h>
+#include <ATen/ops/softshrink_backward_cpu_dispatch.h>
+#include <ATen/ops/softshrink_backward_meta_dispatch.h>
+#include <ATen/ops/special_airy_ai_cpu_dispatch.h>
+#include <ATen/ops/special_airy_ai_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j1_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_j1_meta_dispatch.h>
+#include <ATen/ops/special_bessel_y1_cpu_dispatch.h>
+#include <ATen/ops/special_bessel_y1_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_u_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_u_meta_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_w_cpu_dispatch.h>
+#include <ATen/ops/special_chebyshev_polynomial_w_meta_dispatch.h>
+#include <ATen/ops/special_entr_cpu_dispatch.h>
+#include <ATen/ops/special_entr_meta_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_he_cpu_dispatch.h>
+#include <ATen/ops/special_hermite_polynomial_he_meta_dispatch.h>
+#include <ATen/ops/special_i0e_cpu_dispatch.h>
+#include <ATen/ops/special_i0e_meta_dispatch.h>
+#include <ATen/ops/special_i1e_cpu_dispatch.h>
+#include <ATen/ops/special_i1e_meta_dispatch.h>
+#include <ATen/ops/special_legendre_polynomial_p_cpu_dispatch.h>
+#include <ATen/ops/special_legendre_polynomial_p_meta_dispatch.h>
+#include <ATen/ops/special_log_ndtr_cpu_dispatch.h>
+#include <ATen/ops/special_log_ndtr_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i1_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i1_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_k1_cpu_dispatch.h>
+#include <ATen/ops/special_modified_bessel_k1_meta_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k1_cpu_dispatch.h>
+#include <ATen/ops/special_scaled_modified_bessel_k1_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_u_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_u_meta_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_w_cpu_dispatch.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_w_meta_dispatch.h>
+#include <ATen/ops/special_xlog1py_cpu_dispatch.h>
+#include <ATen/ops/special_xlog1py_meta_dispatch.h>
+#include <ATen/ops/sqrt_cpu_dispatch.h>
+#include <ATen/ops/sqrt_meta_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/sub_meta_dispatch.h>
-#include <ATen/ops/tan_cpu_dispatch.h>
-#include <ATen/ops/tan_meta_dispatch.h>
+#include <ATen/ops/sum_cpu_dispatch.h>
+#include <ATen/ops/sum_meta_dispatch.h>
+#include <ATen/ops/tanh_backward_cpu_dispatch.h>
+#include <ATen/ops/tanh_backward_meta_dispatch.h>
+#include <ATen/ops/tanh_cpu_dispatch.h>
+#include <ATen/ops/tanh_meta_dispatch.h>
 #include <ATen/ops/threshold_cpu_dispatch.h>
 #include <ATen/ops/threshold_meta_dispatch.h>
-#include <ATen/ops/triangular_solve_cpu_dispatch.h>
-#include <ATen/ops/triangular_solve_meta_dispatch.h>
-#include <ATen/ops/tril_cpu_dispatch.h>
-#include <ATen/ops/tril_meta_dispatch.h>
+#include <ATen/ops/topk_cpu_dispatch.h>
+#include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/triu_cpu_dispatch.h>
+#include <ATen/ops/triu_meta_dispatch.h>
 #include <ATen/ops/trunc_cpu_dispatch.h>
 #include <ATen/ops/trunc_meta_dispatch.h>
-#include <ATen/ops/upsample_linear1d_backward_cpu_dispatch.h>
-#include <ATen/ops/upsample_linear1d_backward_meta_dispatch.h>
-#include <ATen/ops/upsample_trilinear3d_backward_cpu_dispatch.h>
-#include <ATen/ops/upsample_trilinear3d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_cpu_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
+#include <ATen/ops/upsample_linear1d_cpu_dispatch.h>
+#include <ATen/ops/upsample_linear1d_meta_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_cpu_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_meta_dispatch.h>
 #include <ATen/ops/xlogy_cpu_dispatch.h>
 #include <ATen/ops/xlogy_meta_dispatch.h>
 
 #include "aten/structured_kernel.h"
+#include "aten/structured_out_kernel.h"
 
 namespace torch_neuronx::structured {
 namespace {
 
-constexpr char k_acos_[] = "aten::acos_";
-constexpr char k_addmv_[] = "aten::addmv_";
-constexpr char k_any_dims[] = "aten::any.dims";
-constexpr char k_acosh_[] = "aten::acosh_";
+constexpr char k_acos[] = "aten::acos";
+constexpr char k_add__Tensor[] = "aten::add_.Tensor";
+constexpr char k_addmv_out[] = "aten::addmv.out";
+constexpr char k_all_dims_out[] = "aten::all.dims_out";
+constexpr char k_any_dims_out[] = "aten::any.dims_out";
+constexpr char k_argmin_out[] = "aten::argmin.out";
+constexpr char k_asinh[] = "aten::asinh";
 constexpr char k_atanh_[] = "aten::atanh_";
-constexpr char k_atan_[] = "aten::atan_";
+constexpr char k_asin_out[] = "aten::asin.out";
+constexpr char k_baddbmm[] = "aten::baddbmm";
 constexpr char k_bitwise_not_[] = "aten::bitwise_not_";
-constexpr char k_cat[] = "aten::cat";
-constexpr char k_clamp_Tensor[] = "aten::clamp.Tensor";
-constexpr char k_clamp_max_Tensor[] = "aten::clamp_max.Tensor";
-constexpr char k_clamp_min_Tensor[] = "aten::clamp_min.Tensor";
-constexpr char k_cos_[] = "aten::cos_";
-constexpr char k_cumprod_[] = "aten::cumprod_";
-constexpr char k_div__Tensor[] = "aten::div_.Tensor";
-constexpr char k_erf_[] = "aten::erf_";
-constexpr char k_exp_[] = "aten::exp_";
-constexpr char k_expm1_[] = "aten::expm1_";
-constexpr char k_frac_[] = "aten::frac_";
-constexpr char k_lcm_[] = "aten::lcm_";
-constexpr char k_isin_Tensor_Scalar[] = "aten::isin.Tensor_Scalar";
-constexpr char k_log10[] = "aten::log10";
-constexpr char k_log2[] = "aten::log2";
+constexpr char k_copysign__Tensor[] = "aten::copysign_.Tensor";
+constexpr char k_cat_out[] = "aten::cat.out";
+constexpr char k_clamp[] = "aten::clamp";
+constexpr char k_clamp_out[] = "aten::clamp.out";
+constexpr char k_clamp_max_[] = "aten::clamp_max_";
+constexpr char k_clamp_min[] = "aten::clamp_min";
+constexpr char k_clamp_min_out[] = "aten::clamp_min.out";
+constexpr char k_cos_out[] = "aten::cos.out";
+constexpr char k_cumprod[] = "aten::cumprod";
+constexpr char k_cumsum_[] = "aten::cumsum_";
+constexpr char k_div_out[] = "aten::div.out";
+constexpr char k_erf[] = "aten::erf";
+constexpr char k_erfc_[] = "aten::erfc_";
+constexpr char k_exp_out[] = "aten::exp.out";
+constexpr char k_expm1[] = "aten::expm1";
+constexpr char k_floor_[] = "aten::floor_";
+constexpr char k_frac_out[] = "aten::frac.out";
+constexpr char k_lcm_out[] = "aten::lcm.out";
+constexpr char k_index_copy_[] = "aten::index_copy_";
+constexpr char k_isin_Tensor_Scalar_out[] = "aten::isin.Tensor_Scalar_out";
+constexpr char k_log[] = "aten::log";
+constexpr char k_log10_[] = "aten::log10_";
+constexpr char k_log1p_out[] = "aten::log1p.out";
+constexpr char k_logaddexp_out[] = "aten::logaddexp.out";
 constexpr char k_xlogy_Tensor[] = "aten::xlogy.Tensor";
-constexpr char k_aminmax[] = "aten::aminmax";
-constexpr char k_min_dim[] = "aten::min.dim";
-constexpr char k_mul__Tensor[] = "aten::mul_.Tensor";
+constexpr char k__log_softmax_out[] = "aten::_log_softmax.out";
+constexpr char k_aminmax_out[] = "aten::aminmax.out";
+constexpr char k_amax_out[] = "aten::amax.out";
+constexpr char k_min_dim_min[] = "aten::min.dim_min";
+constexpr char k_mm_out[] = "aten::mm.out";
+constexpr char k_reciprocal[] = "aten::reciprocal";
 constexpr char k_neg_[] = "aten::neg_";
-constexpr char k_round__decimals[] = "aten::round_.decimals";
-constexpr char k_hardshrink[] = "aten::hardshrink";
+constexpr char k_round_out[] = "aten::round.out";
+constexpr char k_gelu_out[] = "aten::gelu.out";
+constexpr char k_gelu_backward[] = "aten::gelu_backward";
+constexpr char k_hardshrink_backward[] = "aten::hardshrink_backward";
 constexpr char k_silu[] = "aten::silu";
-constexpr char k_mish_[] = "aten::mish_";
+constexpr char k_silu_backward[] = "aten::silu_backward";
+constexpr char k_sigmoid[] = "aten::sigmoid";
 constexpr char k_sin_[] = "aten::sin_";
-constexpr char k_sinh_[] = "aten::sinh_";
-constexpr char k_hash_tensor[] = "aten::hash_tensor";
-constexpr char k_tan[] = "aten::tan";
-constexpr char k_threshold[] = "aten::threshold";
-constexpr char k_trunc_[] = "aten::trunc_";
-constexpr char k_sub__Tensor[] = "aten::sub_.Tensor";
-constexpr char k_addmm_[] = "aten::addmm_";
-constexpr char k_index_reduce_[] = "aten::index_reduce_";
-constexpr char k_scatter_value[] = "aten::scatter.value";
-constexpr char k_scatter_value_reduce[] = "aten::scatter.value_reduce";
-constexpr char k_scatter_reduce_two[] = "aten::scatter_reduce.two";
-constexpr char k_bitwise_and_Tensor[] = "aten::bitwise_and.Tensor";
-constexpr char k_bitwise_xor_Tensor[] = "aten::bitwise_xor.Tensor";
+constexpr char k_sinc_out[] = "aten::sinc.out";
+constexpr char k__softmax[] = "aten::_softmax";
+constexpr char k_sum_dim_IntList[] = "aten::sum.dim_IntList";
+constexpr char k_sqrt[] = "aten::sqrt";
+constexpr char k_prod_int_out[] = "aten::prod.int_out";
+constexpr char k_tanh[] = "aten::tanh";
+constexpr char k_threshold_[] = "aten::threshold_";
+constexpr char k_trunc[] = "aten::trunc";
+constexpr char k_norm_ScalarOpt_dim[] = "aten::norm.ScalarOpt_dim";
+constexpr char k_sub_Tensor[] = "aten::sub.Tensor";
+constexpr char k_heaviside_[] = "aten::heaviside_";
+constexpr char k__addmm_activation_out[] = "aten::_addmm_activation.out";
+constexpr char k_index_add[] = "aten::index_add";
+constexpr char k_scatter_src[] = "aten::scatter.src";
+constexpr char k_scatter__value[] = "aten::scatter_.value";
+constexpr char k_scatter_reduce_out[] = "aten::scatter.reduce_out";
+constexpr char k_scatter_add[] = "aten::scatter_add";
+constexpr char k_scatter_reduce__two[] = "aten::scatter_reduce_.two";
+constexpr char k_bitwise_and_Tensor_out[] = "aten::bitwise_and.Tensor_out";
+constexpr char k_bitwise_or_Tensor[] = "aten::bitwise_or.Tensor";
+constexpr char k_bitwise_xor__Tensor[] = "aten::bitwise_xor_.Tensor";
 constexpr char k_bitwise_right_shift_Tensor[] = "aten::bitwise_right_shift.Tensor";
-constexpr char k_digamma_[] = "aten::digamma_";
-constexpr char k_tril[] = "aten::tril";
-constexpr char k_ne__Tensor[] = "aten::ne_.Tensor";
-constexpr char k_ge_Tensor[] = "aten::ge.Tensor";
-constexpr char k_le_Tensor[] = "aten::le.Tensor";
-constexpr char k_gt_Tensor[] = "aten::gt.Tensor";
-constexpr char k_lt_Tensor[] = "aten::lt.Tensor";
-constexpr char k_addcmul[] = "aten::addcmul";
-constexpr char k_triangular_solve[] = "aten::triangular_solve";
-constexpr char k_digamma[] = "aten::digamma";
+constexpr char k_triu_[] = "aten::triu_";
+constexpr char k_triu_out[] = "aten::triu.out";
+constexpr char k_ne_Scalar_out[] = "aten::ne.Scalar_out";
+constexpr char k_ne__Scalar[] = "aten::ne_.Scalar";
+constexpr char k_eq_Tensor_out[] = "aten::eq.Tensor_out";
+constexpr char k_ge_Tensor_out[] = "aten::ge.Tensor_out";
+constexpr char k_le_Scalar_out[] = "aten::le.Scalar_out";
+constexpr char k_le__Scalar[] = "aten::le_.Scalar";
+constexpr char k_gt_Tensor_out[] = "aten::gt.Tensor_out";
+constexpr char k_lt_Scalar_out[] = "aten::lt.Scalar_out";
+constexpr char k_lt__Scalar[] = "aten::lt_.Scalar";
+constexpr char k_addcmul_out[] = "aten::addcmul.out";
+constexpr char k_addcdiv[] = "aten::addcdiv";
+constexpr char k_lu_unpack[] = "aten::lu_unpack";
+constexpr char k_lgamma[] = "aten::lgamma";
+constexpr char k_polygamma[] = "aten::polygamma";
 constexpr char k_i0[] = "aten::i0";
-constexpr char k_signbit[] = "aten::signbit";
-constexpr char k_lerp_Tensor[] = "aten::lerp.Tensor";
+constexpr char k_sign_[] = "aten::sign_";
+constexpr char k_atan2_out[] = "aten::atan2.out";
+constexpr char k_lerp_Tensor_out[] = "aten::lerp.Tensor_out";
+constexpr char k_fmod_Tensor[] = "aten::fmod.Tensor";
 constexpr char k_hypot_[] = "aten::hypot_";
-constexpr char k_igammac_[] = "aten::igammac_";
+constexpr char k_igammac_out[] = "aten::igammac.out";
+constexpr char k_nextafter[] = "aten::nextafter";
 constexpr char k_remainder__Tensor[] = "aten::remainder_.Tensor";
-constexpr char k_minimum[] = "aten::minimum";
-constexpr char k_any[] = "aten::any";
-constexpr char k_pow_Scalar[] = "aten::pow.Scalar";
+constexpr char k_fmax_out[] = "aten::fmax.out";
+constexpr char k_minimum_out[] = "aten::minimum.out";
+constexpr char k_topk[] = "aten::topk";
+constexpr char k_any_all_out[] = "aten::any.all_out";
+constexpr char k_pow_Tensor_Tensor_out[] = "aten::pow.Tensor_Tensor_out";
+constexpr char k_pow_Tensor_Scalar_out[] = "aten::pow.Tensor_Scalar_out";
 constexpr char k__convert_indices_from_coo_to_csr[] = "aten::_convert_indices_from_coo_to_csr";
-constexpr char k_elu[] = "aten::elu";
+constexpr char k_nll_loss_forward_output[] = "aten::nll_loss_forward.output";
+constexpr char k_elu_out[] = "aten::elu.out";
+constexpr char k_elu_[] = "aten::elu_";
 constexpr char k_hardsigmoid[] = "aten::hardsigmoid";
-constexpr char k_leaky_relu_backward[] = "aten::leaky_relu_backward";
-constexpr char k_softshrink[] = "aten::softshrink";
-constexpr char k_adaptive_max_pool3d[] = "aten::adaptive_max_pool3d";
-constexpr char k_avg_pool3d[] = "aten::avg_pool3d";
-constexpr char k_fractional_max_pool3d[] = "aten::fractional_max_pool3d";
-constexpr char k_reflection_pad1d_backward[] = "aten::reflection_pad1d_backward";
-constexpr char k_replication_pad1d_backward[] = "aten::replication_pad1d_backward";
-constexpr char k_upsample_linear1d_backward[] = "aten::upsample_linear1d_backward";
-constexpr char k__upsample_bilinear2d_aa_backward[] = "aten::_upsample_bilinear2d_aa_backward";
-constexpr char k__upsample_bicubic2d_aa_backward[] = "aten::_upsample_bicubic2d_aa_backward";
-constexpr char k_upsample_trilinear3d_backward[] = "aten::upsample_trilinear3d_backward";
-constexpr char k__upsample_nearest_exact1d_backward[] = "aten::_upsample_nearest_exact1d_backward";
-constexpr char k__upsample_nearest_exact2d_backward[] = "aten::_upsample_nearest_exact2d_backward";
-constexpr char k__upsample_nearest_exact3d_backward[] = "aten::_upsample_nearest_exact3d_backward";
-constexpr char k_slow_conv_transpose2d[] = "aten::slow_conv_transpose2d";
-constexpr char k_special_ndtri[] = "aten::special_ndtri";
-constexpr char k_special_zeta[] = "aten::special_zeta";
-constexpr char k_linalg_cholesky_ex[] = "aten::linalg_cholesky_ex";
-constexpr char k_linalg_lu_solve[] = "aten::linalg_lu_solve";
-constexpr char k__linalg_slogdet[] = "aten::_linalg_slogdet";
-constexpr char k__linalg_svd[] = "aten::_linalg_svd";
-constexpr char k_special_bessel_j0[] = "aten::special_bessel_j0";
-constexpr char k_special_chebyshev_polynomial_t[] = "aten::special_chebyshev_polynomial_t";
-constexpr char k_special_hermite_polynomial_h[] = "aten::special_hermite_polynomial_h";
-constexpr char k_special_modified_bessel_i0[] = "aten::special_modified_bessel_i0";
-constexpr char k_special_scaled_modified_bessel_k0[] = "aten::special_scaled_modified_bessel_k0";
-constexpr char k_special_shifted_chebyshev_polynomial_v[] = "aten::special_shifted_chebyshev_polynomial_v";
+constexpr char k_leaky_relu_out[] = "aten::leaky_relu.out";
+constexpr char k_leaky_relu_[] = "aten::leaky_relu_";
+constexpr char k_softplus_backward[] = "aten::softplus_backward";
+constexpr char k_softshrink_backward[] = "aten::softshrink_backward";
+constexpr char k_adaptive_max_pool2d_backward[] = "aten::adaptive_max_pool2d_backward";
+constexpr char k_adaptive_max_pool3d_backward[] = "aten::adaptive_max_pool3d_backward";
+constexpr char k_avg_pool2d_backward[] = "aten::avg_pool2d_backward";
+constexpr char k_avg_pool3d_backward[] = "aten::avg_pool3d_backward";
+constexpr char k_fractional_max_pool2d_backward[] = "aten::fractional_max_pool2d_backward";
+constexpr char k_max_pool2d_with_indices[] = "aten::max_pool2d_with_indices";
+constexpr char k_reflection_pad1d[] = "aten::reflection_pad1d";
+constexpr char k_reflection_pad3d[] = "aten::reflection_pad3d";
+constexpr char k_replication_pad1d[] = "aten::replication_pad1d";
+constexpr char k_replication_pad2d[] = "aten::replication_pad2d";
+constexpr char k_upsample_linear1d[] = "aten::upsample_linear1d";
+constexpr char k_upsample_bilinear2d[] = "aten::upsample_bilinear2d";
+constexpr char k__upsample_bilinear2d_aa[] = "aten::_upsample_bilinear2d_aa";
+constexpr char k_upsample_bicubic2d[] = "aten::upsample_bicubic2d";
+constexpr char k__upsample_bicubic2d_aa[] = "aten::_upsample_bicubic2d_aa";
+constexpr char k__upsample_lanczos2d_aa[] = "aten::_upsample_lanczos2d_aa";
+constexpr char k_upsample_trilinear3d[] = "aten::upsample_trilinear3d";
+constexpr char k__upsample_nearest_exact1d_out[] = "aten::_upsample_nearest_exact1d.out";
+constexpr char k__upsample_nearest_exact1d_backward_grad_input[] = "aten::_upsample_nearest_exact1d_backward.grad_input";
+constexpr char k__upsample_nearest_exact2d_out[] = "aten::_upsample_nearest_exact2d.out";
+constexpr char k__upsample_nearest_exact2d_backward_grad_input[] = "aten::_upsample_nearest_exact2d_backward.grad_input";
+constexpr char k__upsample_nearest_exact3d_out[] = "aten::_upsample_nearest_exact3d.out";
+constexpr char k__upsample_nearest_exact3d_backward_grad_input[] = "aten::_upsample_nearest_exact3d_backward.grad_input";
+constexpr char k_sigmoid_backward[] = "aten::sigmoid_backward";
+constexpr char k_tanh_backward[] = "aten::tanh_backward";
+constexpr char k_isposinf_out[] = "aten::isposinf.out";
+constexpr char k_special_entr_out[] = "aten::special_entr.out";
+constexpr char k_special_log_ndtr_out[] = "aten::special_log_ndtr.out";
+constexpr char k_special_xlog1py_out[] = "aten::special_xlog1py.out";
+constexpr char k_special_i0e_out[] = "aten::special_i0e.out";
+constexpr char k_special_i1e_out[] = "aten::special_i1e.out";
+constexpr char k_linalg_cross_out[] = "aten::linalg_cross.out";
+constexpr char k_linalg_lu_out[] = "aten::linalg_lu.out";
+constexpr char k__linalg_det_result[] = "aten::_linalg_det.result";
+constexpr char k_linalg_ldl_solve_out[] = "aten::linalg_ldl_solve.out";
+constexpr char k__linalg_eigh_eigenvalues[] = "aten::_linalg_eigh.eigenvalues";
+constexpr char k_linalg_vector_norm_out[] = "aten::linalg_vector_norm.out";
+constexpr char k__linalg_solve_ex_result[] = "aten::_linalg_solve_ex.result";
+constexpr char k_special_airy_ai_out[] = "aten::special_airy_ai.out";
+constexpr char k_special_bessel_j1_out[] = "aten::special_bessel_j1.out";
+constexpr char k_special_bessel_y1_out[] = "aten::special_bessel_y1.out";
+constexpr char k_special_chebyshev_polynomial_u_out[] = "aten::special_chebyshev_polynomial_u.out";
+constexpr char k_special_chebyshev_polynomial_w_out[] = "aten::special_chebyshev_polynomial_w.out";
+constexpr char k_special_hermite_polynomial_he_out[] = "aten::special_hermite_polynomial_he.out";
+constexpr char k_special_legendre_polynomial_p_out[] = "aten::special_legendre_polynomial_p.out";
+constexpr char k_special_modified_bessel_i1_out[] = "aten::special_modified_bessel_i1.out";
+constexpr char k_special_modified_bessel_k1_out[] = "aten::special_modified_bessel_k1.out";
+constexpr char k_special_scaled_modified_bessel_k1_out[] = "aten::special_scaled_modified_bessel_k1.out";
+constexpr char k_special_shifted_chebyshev_polynomial_u_out[] = "aten::special_shifted_chebyshev_polynomial_u.out";
+constexpr char k_special_shifted_chebyshev_polynomial_w_out[] = "aten::special_shifted_chebyshev_polynomial_w.out";
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("acos_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::acos_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::acos_), k_acos_>::call)));
-  m.impl("addmv_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmv_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmv_), k_addmv_>::call)));
-  m.impl("any.dims",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::OptionalIntArrayRef, bool)>(&at::meta::any),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::OptionalIntArrayRef, bool)>(&at::cpu::any_out), k_any_dims>::call)));
-  m.impl("acosh_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::acosh_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::acosh_), k_acosh_>::call)));
+  m.impl("acos",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::acos),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::acos_out), k_acos>::call)));
+  m.impl("add_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::add_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::add_), k_add__Tensor>::call)));
+  m.impl("addmv.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::meta::addmv_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::cpu::addmv_outf), k_addmv_out>::call)));
+  m.impl("all.dims_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, at::Tensor &)>(&at::meta::all_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, at::Tensor &)>(&at::cpu::all_outf), k_all_dims_out>::call)));
+  m.impl("any.dims_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, at::Tensor &)>(&at::meta::any_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, at::Tensor &)>(&at::cpu::any_outf), k_any_dims_out>::call)));
+  m.impl("argmin.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, ::std::optional<int64_t>, bool, at::Tensor &)>(&at::meta::argmin_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, ::std::optional<int64_t>, bool, at::Tensor &)>(&at::cpu::argmin_outf), k_argmin_out>::call)));
+  m.impl("asinh",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::asinh),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::asinh_out), k_asinh>::call)));
   m.impl("atanh_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::atanh_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::atanh_), k_atanh_>::call)));
-  m.impl("atan_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::atan_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::atan_), k_atan_>::call)));
+  m.impl("asin.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::asin_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::asin_outf), k_asin_out>::call)));
+  m.impl("baddbmm",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::baddbmm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::baddbmm_out), k_baddbmm>::call)));
   m.impl("bitwise_not_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::bitwise_not_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::bitwise_not_), k_bitwise_not_>::call)));
-  m.impl("cat",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::ITensorListRef &, int64_t)>(&at::meta::cat),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::ITensorListRef &, int64_t)>(&at::cpu::cat_out), k_cat>::call)));
-  m.impl("clamp.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::meta::clamp),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, const ::std::optional<at::Tensor> &)>(&at::cpu::clamp_out), k_clamp_Tensor>::call)));
-  m.impl("clamp_max.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::clamp_max),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_max_out), k_clamp_max_Tensor>::call)));
-  m.impl("clamp_min.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::clamp_min),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::clamp_min_out), k_clamp_min_Tensor>::call)));
-  m.impl("cos_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::cos_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::cos_), k_cos_>::call)));
-  m.impl("cumprod_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumprod_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumprod_), k_cumprod_>::call)));
-  m.impl("div_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::div_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::div_), k_div__Tensor>::call)));
-  m.impl("erf_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::erf_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::erf_), k_erf_>::call)));
-  m.impl("exp_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::exp_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::exp_), k_exp_>::call)));
-  m.impl("expm1_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::expm1_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::expm1_), k_expm1_>::call)));
-  m.impl("frac_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::frac_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::frac_), k_frac_>::call)));
-  m.impl("lcm_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::lcm_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::lcm_), k_lcm_>::call)));
-  m.impl("isin.Tensor_Scalar",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, bool, bool)>(&at::meta::isin),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, bool, bool)>(&at::cpu::isin_out), k_isin_Tensor_Scalar>::call)));
-  m.impl("log10",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::log10),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::log10_out), k_log10>::call)));
-  m.impl("log2",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::log2),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::log2_out), k_log2>::call)));
+  m.impl("copysign_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::copysign_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::copysign_), k_copysign__Tensor>::call)));
+  m.impl("cat.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::ITensorListRef &, int64_t, at::Tensor &)>(&at::meta::cat_outf),
+                   static_cast<at::Tensor & (*)(const at::ITensorListRef &, int64_t, at::Tensor &)>(&at::cpu::cat_outf), k_cat_out>::call)));
+  m.impl("clamp",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::meta::clamp),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &)>(&at::cpu::clamp_out), k_clamp>::call)));
+  m.impl("clamp.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &, at::Tensor &)>(&at::meta::clamp_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, const ::std::optional<at::Scalar> &, at::Tensor &)>(&at::cpu::clamp_outf), k_clamp_out>::call)));
+  m.impl("clamp_max_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::clamp_max_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_max_), k_clamp_max_>::call)));
+  m.impl("clamp_min",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::clamp_min),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::clamp_min_out), k_clamp_min>::call)));
+  m.impl("clamp_min.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::clamp_min_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::clamp_min_outf), k_clamp_min_out>::call)));
+  m.impl("cos.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::cos_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::cos_outf), k_cos_out>::call)));
+  m.impl("cumprod",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumprod),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumprod_out), k_cumprod>::call)));
+  m.impl("cumsum_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::meta::cumsum_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, ::std::optional<at::ScalarType>)>(&at::cpu::cumsum_), k_cumsum_>::call)));
+  m.impl("div.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::div_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::div_outf), k_div_out>::call)));
+  m.impl("erf",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::erf),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::erf_out), k_erf>::call)));
+  m.impl("erfc_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::erfc_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::erfc_), k_erfc_>::call)));
+  m.impl("exp.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::exp_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::exp_outf), k_exp_out>::call)));
+  m.impl("expm1",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::expm1),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::expm1_out), k_expm1>::call)));
+  m.impl("floor_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::floor_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::floor_), k_floor_>::call)));
+  m.impl("frac.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::frac_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::frac_outf), k_frac_out>::call)));
+  m.impl("lcm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::lcm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::lcm_outf), k_lcm_out>::call)));
+  m.impl("index_copy_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::index_copy_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::index_copy_), k_index_copy_>::call)));
+  m.impl("isin.Tensor_Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, bool, bool, at::Tensor &)>(&at::meta::isin_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, bool, bool, at::Tensor &)>(&at::cpu::isin_outf), k_isin_Tensor_Scalar_out>::call)));
+  m.impl("log",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::log),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::log_out), k_log>::call)));
+  m.impl("log10_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::log10_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::log10_), k_log10_>::call)));
+  m.impl("log1p.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::log1p_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::log1p_outf), k_log1p_out>::call)));
+  m.impl("logaddexp.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::logaddexp_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::logaddexp_outf), k_logaddexp_out>::call)));
   m.impl("xlogy.Tensor",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::xlogy),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::xlogy_out), k_xlogy_Tensor>::call)));
-  m.impl("aminmax",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::meta::aminmax),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, ::std::optional<int64_t>, bool)>(&at::cpu::aminmax_out), k_aminmax>::call)));
-  m.impl("min.dim",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, int64_t, bool)>(&at::meta::min),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::min_out), k_min_dim>::call)));
-  m.impl("mul_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::mul_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::mul_), k_mul__Tensor>::call)));
+  m.impl("_log_softmax.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::meta::_log_softmax_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, at::Tensor &)>(&at::cpu::_log_softmax_outf), k__log_softmax_out>::call)));
+  m.impl("aminmax.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, ::std::optional<int64_t>, bool, at::Tensor &, at::Tensor &)>(&at::meta::aminmax_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, ::std::optional<int64_t>, bool, at::Tensor &, at::Tensor &)>(&at::cpu::aminmax_outf), k_aminmax_out>::call)));
+  m.impl("amax.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, at::Tensor &)>(&at::meta::amax_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, bool, at::Tensor &)>(&at::cpu::amax_outf), k_amax_out>::call)));
+  m.impl("min.dim_min",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, int64_t, bool, at::Tensor &, at::Tensor &)>(&at::meta::min_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, int64_t, bool, at::Tensor &, at::Tensor &)>(&at::cpu::min_outf), k_min_dim_min>::call)));
+  m.impl("mm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::mm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::mm_outf), k_mm_out>::call)));
+  m.impl("reciprocal",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::reciprocal),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::reciprocal_out), k_reciprocal>::call)));
   m.impl("neg_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::neg_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::neg_), k_neg_>::call)));
-  m.impl("round_.decimals",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::meta::round_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::cpu::round_), k_round__decimals>::call)));
-  m.impl("hardshrink",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::hardshrink),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::hardshrink_out), k_hardshrink>::call)));
+  m.impl("round.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::round_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::round_outf), k_round_out>::call)));
+  m.impl("gelu.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, c10::string_view, at::Tensor &)>(&at::meta::gelu_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, c10::string_view, at::Tensor &)>(&at::cpu::gelu_outf), k_gelu_out>::call)));
+  m.impl("gelu_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::meta::gelu_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, c10::string_view)>(&at::cpu::gelu_backward_out), k_gelu_backward>::call)));
+  m.impl("hardshrink_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::hardshrink_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::hardshrink_backward_out), k_hardshrink_backward>::call)));
   m.impl("silu",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::silu),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::silu_out), k_silu>::call)));
-  m.impl("mish_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::mish_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::mish_), k_mish_>::call)));
+  m.impl("silu_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::silu_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::silu_backward_out), k_silu_backward>::call)));
+  m.impl("sigmoid",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sigmoid),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sigmoid_out), k_sigmoid>::call)));
   m.impl("sin_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sin_),
                    static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sin_), k_sin_>::call)));
-  m.impl("sinh_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sinh_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sinh_), k_sinh_>::call)));
-  m.impl("hash_tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, int64_t)>(&at::meta::hash_tensor),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, int64_t)>(&at::cpu::hash_tensor_out), k_hash_tensor>::call)));
-  m.impl("tan",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::tan),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::tan_out), k_tan>::call)));
-  m.impl("threshold",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::threshold),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::threshold_out), k_threshold>::call)));
-  m.impl("trunc_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::trunc_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::trunc_), k_trunc_>::call)));
-  m.impl("sub_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::sub_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::sub_), k_sub__Tensor>::call)));
-  m.impl("addmm_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::addmm_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::addmm_), k_addmm_>::call)));
-  m.impl("index_reduce_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::index_reduce_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::index_reduce_), k_index_reduce_>::call)));
-  m.impl("scatter.value",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::meta::scatter),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::cpu::scatter_out), k_scatter_value>::call)));
-  m.impl("scatter.value_reduce",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::meta::scatter),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &, c10::string_view)>(&at::cpu::scatter_out), k_scatter_value_reduce>::call)));
-  m.impl("scatter_reduce.two",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::scatter_reduce),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::scatter_reduce_out), k_scatter_reduce_two>::call)));
-  m.impl("bitwise_and.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_and),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_and_out), k_bitwise_and_Tensor>::call)));
-  m.impl("bitwise_xor.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_xor),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_xor_out), k_bitwise_xor_Tensor>::call)));
+  m.impl("sinc.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::sinc_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::sinc_outf), k_sinc_out>::call)));
+  m.impl("_softmax",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::_softmax),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::_softmax_out), k__softmax>::call)));
+  m.impl("sum.dim_IntList",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::meta::sum),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>)>(&at::cpu::sum_out), k_sum_dim_IntList>::call)));
+  m.impl("sqrt",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::sqrt),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::sqrt_out), k_sqrt>::call)));
+  m.impl("prod.int_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::meta::prod_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::cpu::prod_outf), k_prod_int_out>::call)));
+  m.impl("tanh",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::tanh),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::tanh_out), k_tanh>::call)));
+  m.impl("threshold_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::threshold_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::threshold_), k_threshold_>::call)));
+  m.impl("trunc",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::trunc),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::trunc_out), k_trunc>::call)));
+  m.impl("norm.ScalarOpt_dim",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool)>(&at::meta::norm),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const ::std::optional<at::Scalar> &, at::IntArrayRef, bool)>(&at::cpu::norm_out), k_norm_ScalarOpt_dim>::call)));
+  m.impl("sub.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::sub),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::sub_out), k_sub_Tensor>::call)));
+  m.impl("heaviside_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::heaviside_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::heaviside_), k_heaviside_>::call)));
+  m.impl("_addmm_activation.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, bool, at::Tensor &)>(&at::meta::_addmm_activation_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, bool, at::Tensor &)>(&at::cpu::_addmm_activation_outf), k__addmm_activation_out>::call)));
+  m.impl("index_add",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::index_add),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::index_add_out), k_index_add>::call)));
+  m.impl("scatter.src",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_out), k_scatter_src>::call)));
+  m.impl("scatter_.value",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::meta::scatter_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Scalar &)>(&at::cpu::scatter_), k_scatter__value>::call)));
+  m.impl("scatter.reduce_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, at::Tensor &)>(&at::meta::scatter_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, at::Tensor &)>(&at::cpu::scatter_outf), k_scatter_reduce_out>::call)));
+  m.impl("scatter_add",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::meta::scatter_add),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &)>(&at::cpu::scatter_add_out), k_scatter_add>::call)));
+  m.impl("scatter_reduce_.two",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::meta::scatter_reduce_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &, const at::Tensor &, c10::string_view, bool)>(&at::cpu::scatter_reduce_), k_scatter_reduce__two>::call)));
+  m.impl("bitwise_and.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::bitwise_and_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::bitwise_and_outf), k_bitwise_and_Tensor_out>::call)));
+  m.impl("bitwise_or.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_or),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_or_out), k_bitwise_or_Tensor>::call)));
+  m.impl("bitwise_xor_.Tensor",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_xor_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_xor_), k_bitwise_xor__Tensor>::call)));
   m.impl("bitwise_right_shift.Tensor",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::bitwise_right_shift),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::bitwise_right_shift_out), k_bitwise_right_shift_Tensor>::call)));
-  m.impl("digamma_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::digamma_),
-                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::digamma_), k_digamma_>::call)));
-  m.impl("tril",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t)>(&at::meta::tril),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t)>(&at::cpu::tril_out), k_tril>::call)));
-  m.impl("ne_.Tensor",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::ne_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::ne_), k_ne__Tensor>::call)));
-  m.impl("ge.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::ge),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::ge_out), k_ge_Tensor>::call)));
-  m.impl("le.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::le),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::le_out), k_le_Tensor>::call)));
-  m.impl("gt.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::gt),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::gt_out), k_gt_Tensor>::call)));
-  m.impl("lt.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::lt),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lt_out), k_lt_Tensor>::call)));
-  m.impl("addcmul",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcmul),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcmul_out), k_addcmul>::call)));
-  m.impl("triangular_solve",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, bool, bool, bool)>(&at::meta::triangular_solve),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool, bool)>(&at::cpu::triangular_solve_out), k_triangular_solve>::call)));
-  m.impl("digamma",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::digamma),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::digamma_out), k_digamma>::call)));
+  m.impl("triu_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::meta::triu_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t)>(&at::cpu::triu_), k_triu_>::call)));
+  m.impl("triu.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::meta::triu_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, int64_t, at::Tensor &)>(&at::cpu::triu_outf), k_triu_out>::call)));
+  m.impl("ne.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::ne_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::ne_outf), k_ne_Scalar_out>::call)));
+  m.impl("ne_.Scalar",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::ne_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::ne_), k_ne__Scalar>::call)));
+  m.impl("eq.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::eq_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::eq_outf), k_eq_Tensor_out>::call)));
+  m.impl("ge.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::ge_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::ge_outf), k_ge_Tensor_out>::call)));
+  m.impl("le.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::le_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::le_outf), k_le_Scalar_out>::call)));
+  m.impl("le_.Scalar",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::le_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::le_), k_le__Scalar>::call)));
+  m.impl("gt.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::gt_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::gt_outf), k_gt_Tensor_out>::call)));
+  m.impl("lt.Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::lt_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::lt_outf), k_lt_Scalar_out>::call)));
+  m.impl("lt_.Scalar",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::lt_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::lt_), k_lt__Scalar>::call)));
+  m.impl("addcmul.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::addcmul_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::addcmul_outf), k_addcmul_out>::call)));
+  m.impl("addcdiv",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::addcdiv),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::addcdiv_out), k_addcdiv>::call)));
+  m.impl("lu_unpack",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::lu_unpack),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::lu_unpack_out), k_lu_unpack>::call)));
+  m.impl("lgamma",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::lgamma),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::lgamma_out), k_lgamma>::call)));
+  m.impl("polygamma",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(int64_t, const at::Tensor &)>(&at::meta::polygamma),
+                   static_cast<at::Tensor & (*)(at::Tensor &, int64_t, const at::Tensor &)>(&at::cpu::polygamma_out), k_polygamma>::call)));
   m.impl("i0",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::i0),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::i0_out), k_i0>::call)));
-  m.impl("signbit",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::signbit),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::signbit_out), k_signbit>::call)));
-  m.impl("lerp.Tensor",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::lerp),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::lerp_out), k_lerp_Tensor>::call)));
+  m.impl("sign_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &)>(&at::meta::sign_),
+                   static_cast<at::Tensor & (*)(at::Tensor &)>(&at::cpu::sign_), k_sign_>::call)));
+  m.impl("atan2.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::atan2_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::atan2_outf), k_atan2_out>::call)));
+  m.impl("lerp.Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::lerp_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::lerp_outf), k_lerp_Tensor_out>::call)));
+  m.impl("fmod.Tensor",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::fmod),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::fmod_out), k_fmod_Tensor>::call)));
   m.impl("hypot_",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::hypot_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::hypot_), k_hypot_>::call)));
-  m.impl("igammac_",
-         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::igammac_),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::igammac_), k_igammac_>::call)));
+  m.impl("igammac.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::igammac_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::igammac_outf), k_igammac_out>::call)));
+  m.impl("nextafter",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::nextafter),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::nextafter_out), k_nextafter>::call)));
   m.impl("remainder_.Tensor",
          TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::meta::remainder_),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::remainder_), k_remainder__Tensor>::call)));
-  m.impl("minimum",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::minimum),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::minimum_out), k_minimum>::call)));
-  m.impl("any",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::any),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::any_out), k_any>::call)));
-  m.impl("pow.Scalar",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Scalar &, const at::Tensor &)>(&at::meta::pow),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Tensor &)>(&at::cpu::pow_out), k_pow_Scalar>::call)));
+  m.impl("fmax.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::fmax_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::fmax_outf), k_fmax_out>::call)));
+  m.impl("minimum.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::minimum_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::minimum_outf), k_minimum_out>::call)));
+  m.impl("topk",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, int64_t, int64_t, bool, bool)>(&at::meta::topk),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, int64_t, int64_t, bool, bool)>(&at::cpu::topk_out), k_topk>::call)));
+  m.impl("any.all_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::any_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::any_outf), k_any_all_out>::call)));
+  m.impl("pow.Tensor_Tensor_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::pow_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::pow_outf), k_pow_Tensor_Tensor_out>::call)));
+  m.impl("pow.Tensor_Scalar_out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::pow_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::pow_outf), k_pow_Tensor_Scalar_out>::call)));
   m.impl("_convert_indices_from_coo_to_csr",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, int64_t, bool)>(&at::meta::_convert_indices_from_coo_to_csr),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, int64_t, bool)>(&at::cpu::_convert_indices_from_coo_to_csr_out), k__convert_indices_from_coo_to_csr>::call)));
-  m.impl("elu",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::meta::elu),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::cpu::elu_out), k_elu>::call)));
+  m.impl("nll_loss_forward.output",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, at::Tensor &, at::Tensor &)>(&at::meta::nll_loss_forward_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, int64_t, int64_t, at::Tensor &, at::Tensor &)>(&at::cpu::nll_loss_forward_outf), k_nll_loss_forward_output>::call)));
+  m.impl("elu.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::meta::elu_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &, at::Tensor &)>(&at::cpu::elu_outf), k_elu_out>::call)));
+  m.impl("elu_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::meta::elu_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &, const at::Scalar &, const at::Scalar &)>(&at::cpu::elu_), k_elu_>::call)));
   m.impl("hardsigmoid",
          TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::hardsigmoid),
                    static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::hardsigmoid_out), k_hardsigmoid>::call)));
-  m.impl("leaky_relu_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, bool)>(&at::meta::leaky_relu_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, bool)>(&at::cpu::leaky_relu_backward_out), k_leaky_relu_backward>::call)));
-  m.impl("softshrink",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Scalar &)>(&at::meta::softshrink),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::softshrink_out), k_softshrink>::call)));
-  m.impl("adaptive_max_pool3d",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::adaptive_max_pool3d),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::adaptive_max_pool3d_out), k_adaptive_max_pool3d>::call)));
-  m.impl("avg_pool3d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool3d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool3d_out), k_avg_pool3d>::call)));
-  m.impl("fractional_max_pool3d",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool3d),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool3d_out), k_fractional_max_pool3d>::call)));
-  m.impl("reflection_pad1d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad1d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad1d_backward_out), k_reflection_pad1d_backward>::call)));
-  m.impl("replication_pad1d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad1d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad1d_backward_out), k_replication_pad1d_backward>::call)));
-  m.impl("upsample_linear1d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>)>(&at::meta::upsample_linear1d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>)>(&at::cpu::upsample_linear1d_backward_out), k_upsample_linear1d_backward>::call)));
-  m.impl("_upsample_bilinear2d_aa_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bilinear2d_aa_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bilinear2d_aa_backward_out), k__upsample_bilinear2d_aa_backward>::call)));
-  m.impl("_upsample_bicubic2d_aa_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bicubic2d_aa_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bicubic2d_aa_backward_out), k__upsample_bicubic2d_aa_backward>::call)));
-  m.impl("upsample_trilinear3d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_trilinear3d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_trilinear3d_backward_out), k_upsample_trilinear3d_backward>::call)));
-  m.impl("_upsample_nearest_exact1d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact1d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact1d_backward_out), k__upsample_nearest_exact1d_backward>::call)));
-  m.impl("_upsample_nearest_exact2d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact2d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact2d_backward_out), k__upsample_nearest_exact2d_backward>::call)));
-  m.impl("_upsample_nearest_exact3d_backward",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_nearest_exact3d_backward),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_nearest_exact3d_backward_out), k__upsample_nearest_exact3d_backward>::call)));
-  m.impl("slow_conv_transpose2d",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef)>(&at::meta::slow_conv_transpose2d),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, const ::std::optional<at::Tensor> &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef)>(&at::cpu::slow_conv_transpose2d_out), k_slow_conv_transpose2d>::call)));
-  m.impl("special_ndtri",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_ndtri),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_ndtri_out), k_special_ndtri>::call)));
-  m.impl("special_zeta",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_zeta),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_zeta_out), k_special_zeta>::call)));
-  m.impl("linalg_cholesky_ex",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool)>(&at::meta::linalg_cholesky_ex),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_cholesky_ex_out), k_linalg_cholesky_ex>::call)));
-  m.impl("linalg_lu_solve",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::meta::linalg_lu_solve),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, bool)>(&at::cpu::linalg_lu_solve_out), k_linalg_lu_solve>::call)));
-  m.impl("_linalg_slogdet",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &)>(&at::meta::_linalg_slogdet),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &)>(&at::cpu::_linalg_slogdet_out), k__linalg_slogdet>::call)));
-  m.impl("_linalg_svd",
-         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor,at::Tensor> (*)(const at::Tensor &, bool, bool, ::std::optional<c10::string_view>)>(&at::meta::_linalg_svd),
-                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, at::Tensor &, const at::Tensor &, bool, bool, ::std::optional<c10::string_view>)>(&at::cpu::_linalg_svd_out), k__linalg_svd>::call)));
-  m.impl("special_bessel_j0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_bessel_j0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_bessel_j0_out), k_special_bessel_j0>::call)));
-  m.impl("special_chebyshev_polynomial_t",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_chebyshev_polynomial_t),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_t_out), k_special_chebyshev_polynomial_t>::call)));
-  m.impl("special_hermite_polynomial_h",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_hermite_polynomial_h),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_hermite_polynomial_h_out), k_special_hermite_polynomial_h>::call)));
-  m.impl("special_modified_bessel_i0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_modified_bessel_i0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_modified_bessel_i0_out), k_special_modified_bessel_i0>::call)));
-  m.impl("special_scaled_modified_bessel_k0",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k0),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k0_out), k_special_scaled_modified_bessel_k0>::call)));
-  m.impl("special_shifted_chebyshev_polynomial_v",
-         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_v),
-                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_v_out), k_special_shifted_chebyshev_polynomial_v>::call)));
+  m.impl("leaky_relu.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::meta::leaky_relu_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::Tensor &)>(&at::cpu::leaky_relu_outf), k_leaky_relu_out>::call)));
+  m.impl("leaky_relu_",
+         TORCH_FN((Inplace<static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::meta::leaky_relu_),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Scalar &)>(&at::cpu::leaky_relu_), k_leaky_relu_>::call)));
+  m.impl("softplus_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::meta::softplus_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &, const at::Scalar &)>(&at::cpu::softplus_backward_out), k_softplus_backward>::call)));
+  m.impl("softshrink_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::meta::softshrink_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &)>(&at::cpu::softshrink_backward_out), k_softshrink_backward>::call)));
+  m.impl("adaptive_max_pool2d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::adaptive_max_pool2d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::adaptive_max_pool2d_backward_out), k_adaptive_max_pool2d_backward>::call)));
+  m.impl("adaptive_max_pool3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::meta::adaptive_max_pool3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::adaptive_max_pool3d_backward_out), k_adaptive_max_pool3d_backward>::call)));
+  m.impl("avg_pool2d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool2d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool2d_backward_out), k_avg_pool2d_backward>::call)));
+  m.impl("avg_pool3d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::meta::avg_pool3d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool, ::std::optional<int64_t>)>(&at::cpu::avg_pool3d_backward_out), k_avg_pool3d_backward>::call)));
+  m.impl("fractional_max_pool2d_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::meta::fractional_max_pool2d_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, const at::Tensor &)>(&at::cpu::fractional_max_pool2d_backward_out), k_fractional_max_pool2d_backward>::call)));
+  m.impl("max_pool2d_with_indices",
+         TORCH_FN((Functional<static_cast<::std::tuple<at::Tensor,at::Tensor> (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool)>(&at::meta::max_pool2d_with_indices),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(at::Tensor &, at::Tensor &, const at::Tensor &, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool)>(&at::cpu::max_pool2d_with_indices_out), k_max_pool2d_with_indices>::call)));
+  m.impl("reflection_pad1d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad1d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad1d_out), k_reflection_pad1d>::call)));
+  m.impl("reflection_pad3d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::reflection_pad3d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::reflection_pad3d_out), k_reflection_pad3d>::call)));
+  m.impl("replication_pad1d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad1d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad1d_out), k_replication_pad1d>::call)));
+  m.impl("replication_pad2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef)>(&at::meta::replication_pad2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef)>(&at::cpu::replication_pad2d_out), k_replication_pad2d>::call)));
+  m.impl("upsample_linear1d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>)>(&at::meta::upsample_linear1d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>)>(&at::cpu::upsample_linear1d_out), k_upsample_linear1d>::call)));
+  m.impl("upsample_bilinear2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bilinear2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bilinear2d_out), k_upsample_bilinear2d>::call)));
+  m.impl("_upsample_bilinear2d_aa",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bilinear2d_aa),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bilinear2d_aa_out), k__upsample_bilinear2d_aa>::call)));
+  m.impl("upsample_bicubic2d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_bicubic2d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_bicubic2d_out), k_upsample_bicubic2d>::call)));
+  m.impl("_upsample_bicubic2d_aa",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_bicubic2d_aa),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_bicubic2d_aa_out), k__upsample_bicubic2d_aa>::call)));
+  m.impl("_upsample_lanczos2d_aa",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::meta::_upsample_lanczos2d_aa),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::_upsample_lanczos2d_aa_out), k__upsample_lanczos2d_aa>::call)));
+  m.impl("upsample_trilinear3d",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::meta::upsample_trilinear3d),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, at::IntArrayRef, bool, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>)>(&at::cpu::upsample_trilinear3d_out), k_upsample_trilinear3d>::call)));
+  m.impl("_upsample_nearest_exact1d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_nearest_exact1d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_nearest_exact1d_outf), k__upsample_nearest_exact1d_out>::call)));
+  m.impl("_upsample_nearest_exact1d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_nearest_exact1d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_nearest_exact1d_backward_outf), k__upsample_nearest_exact1d_backward_grad_input>::call)));
+  m.impl("_upsample_nearest_exact2d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_nearest_exact2d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_nearest_exact2d_outf), k__upsample_nearest_exact2d_out>::call)));
+  m.impl("_upsample_nearest_exact2d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_nearest_exact2d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_nearest_exact2d_backward_outf), k__upsample_nearest_exact2d_backward_grad_input>::call)));
+  m.impl("_upsample_nearest_exact3d.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_nearest_exact3d_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_nearest_exact3d_outf), k__upsample_nearest_exact3d_out>::call)));
+  m.impl("_upsample_nearest_exact3d_backward.grad_input",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::meta::_upsample_nearest_exact3d_backward_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::IntArrayRef, at::IntArrayRef, ::std::optional<double>, ::std::optional<double>, ::std::optional<double>, at::Tensor &)>(&at::cpu::_upsample_nearest_exact3d_backward_outf), k__upsample_nearest_exact3d_backward_grad_input>::call)));
+  m.impl("sigmoid_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::sigmoid_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::sigmoid_backward_out), k_sigmoid_backward>::call)));
+  m.impl("tanh_backward",
+         TORCH_FN((Functional<static_cast<at::Tensor (*)(const at::Tensor &, const at::Tensor &)>(&at::meta::tanh_backward),
+                   static_cast<at::Tensor & (*)(at::Tensor &, const at::Tensor &, const at::Tensor &)>(&at::cpu::tanh_backward_out), k_tanh_backward>::call)));
+  m.impl("isposinf.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::isposinf_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::isposinf_outf), k_isposinf_out>::call)));
+  m.impl("special_entr.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_entr_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_entr_outf), k_special_entr_out>::call)));
+  m.impl("special_log_ndtr.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_log_ndtr_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_log_ndtr_outf), k_special_log_ndtr_out>::call)));
+  m.impl("special_xlog1py.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_xlog1py_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_xlog1py_outf), k_special_xlog1py_out>::call)));
+  m.impl("special_i0e.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_i0e_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_i0e_outf), k_special_i0e_out>::call)));
+  m.impl("special_i1e.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_i1e_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_i1e_outf), k_special_i1e_out>::call)));
+  m.impl("linalg_cross.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, int64_t, at::Tensor &)>(&at::meta::linalg_cross_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, int64_t, at::Tensor &)>(&at::cpu::linalg_cross_outf), k_linalg_cross_out>::call)));
+  m.impl("linalg_lu.out",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::linalg_lu_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, bool, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::linalg_lu_outf), k_linalg_lu_out>::call)));
+  m.impl("_linalg_det.result",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::_linalg_det_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::_linalg_det_outf), k__linalg_det_result>::call)));
+  m.impl("linalg_ldl_solve.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, at::Tensor &)>(&at::meta::linalg_ldl_solve_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, at::Tensor &)>(&at::cpu::linalg_ldl_solve_outf), k_linalg_ldl_solve_out>::call)));
+  m.impl("_linalg_eigh.eigenvalues",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, c10::string_view, bool, at::Tensor &, at::Tensor &)>(&at::meta::_linalg_eigh_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &> (*)(const at::Tensor &, c10::string_view, bool, at::Tensor &, at::Tensor &)>(&at::cpu::_linalg_eigh_outf), k__linalg_eigh_eigenvalues>::call)));
+  m.impl("linalg_vector_norm.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::meta::linalg_vector_norm_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Scalar &, at::OptionalIntArrayRef, bool, ::std::optional<at::ScalarType>, at::Tensor &)>(&at::cpu::linalg_vector_norm_outf), k_linalg_vector_norm_out>::call)));
+  m.impl("_linalg_solve_ex.result",
+         TORCH_FN((OutVariant<static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::meta::_linalg_solve_ex_outf),
+                   static_cast<::std::tuple<at::Tensor &,at::Tensor &,at::Tensor &,at::Tensor &> (*)(const at::Tensor &, const at::Tensor &, bool, bool, at::Tensor &, at::Tensor &, at::Tensor &, at::Tensor &)>(&at::cpu::_linalg_solve_ex_outf), k__linalg_solve_ex_result>::call)));
+  m.impl("special_airy_ai.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_airy_ai_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_airy_ai_outf), k_special_airy_ai_out>::call)));
+  m.impl("special_bessel_j1.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_bessel_j1_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_bessel_j1_outf), k_special_bessel_j1_out>::call)));
+  m.impl("special_bessel_y1.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_bessel_y1_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_bessel_y1_outf), k_special_bessel_y1_out>::call)));
+  m.impl("special_chebyshev_polynomial_u.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_chebyshev_polynomial_u_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_u_outf), k_special_chebyshev_polynomial_u_out>::call)));
+  m.impl("special_chebyshev_polynomial_w.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_chebyshev_polynomial_w_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_chebyshev_polynomial_w_outf), k_special_chebyshev_polynomial_w_out>::call)));
+  m.impl("special_hermite_polynomial_he.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_hermite_polynomial_he_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_hermite_polynomial_he_outf), k_special_hermite_polynomial_he_out>::call)));
+  m.impl("special_legendre_polynomial_p.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_legendre_polynomial_p_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_legendre_polynomial_p_outf), k_special_legendre_polynomial_p_out>::call)));
+  m.impl("special_modified_bessel_i1.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_modified_bessel_i1_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_modified_bessel_i1_outf), k_special_modified_bessel_i1_out>::call)));
+  m.impl("special_modified_bessel_k1.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_modified_bessel_k1_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_modified_bessel_k1_outf), k_special_modified_bessel_k1_out>::call)));
+  m.impl("special_scaled_modified_bessel_k1.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::meta::special_scaled_modified_bessel_k1_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, at::Tensor &)>(&at::cpu::special_scaled_modified_bessel_k1_outf), k_special_scaled_modified_bessel_k1_out>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_u.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_u_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_u_outf), k_special_shifted_chebyshev_polynomial_u_out>::call)));
+  m.impl("special_shifted_chebyshev_polynomial_w.out",
+         TORCH_FN((OutVariant<static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::meta::special_shifted_chebyshev_polynomial_w_outf),
+                   static_cast<at::Tensor & (*)(const at::Tensor &, const at::Tensor &, at::Tensor &)>(&at::cpu::special_shifted_chebyshev_polynomial_w_outf), k_special_shifted_chebyshev_polynomial_w_out>::call)));
 }
 
 }  // namespace torch_neuronx::structured
