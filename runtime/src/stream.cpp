@@ -18,6 +18,24 @@ constexpr int64_t kIdleSpinNs = 30'000;
 // How long a host thread polls for completion before it sleeps.
 constexpr int64_t kWaitSpinNs = 20'000;
 
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// mu_ is held only for a few pushes and pops, by the host queueing and the
+// worker taking items. Blocking on it at once would cost a futex sleep here
+// and a futex wake-up in the holder's unlock (a system call on the host's
+// path for each op): spin briefly first.
+void lockSpinning(std::unique_lock<std::mutex>& lk) {
+  for (int i = 0; i < 128; ++i) {
+    if (lk.try_lock()) return;
+    cpuRelax();
+  }
+  lk.lock();
+}
+
 }  // namespace
 
 Stream::Stream(int device, int id, int priority, Trace* trace)
@@ -55,7 +73,8 @@ uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
   uint64_t seq;
   std::vector<Fn> done;
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> g(mu_, std::defer_lock);
+    lockSpinning(g);
     if (!retired_.empty()) done.swap(retired_);
     // Workers start on first use so that unused pool streams cost nothing.
     if (!worker_.joinable()) startWorkerLocked();
@@ -69,10 +88,12 @@ uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
 }
 
 void Stream::workerLoop() {
+  Item item;
+  bool have_item = false;  // taken with the previous item's retirement
   for (;;) {
-    Item item;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
+    if (!have_item) {
+      std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+      lockSpinning(lk);
       if (queue_.empty() && !stop_) {
         lk.unlock();
         int64_t until = nowNs() + kIdleSpinNs;
@@ -91,6 +112,7 @@ void Stream::workerLoop() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
+    have_item = false;
     bool skip = item.kind != ItemKind::kMarker &&
                 poisoned_.load(std::memory_order_acquire);
     int64_t start = trace_ && trace_->enabled() ? nowNs() : 0;
@@ -114,16 +136,24 @@ void Stream::workerLoop() {
       trace_->add(TraceRecord{device_, id_, item.seq, item.label, start,
                               nowNs(), skip});
     }
+    const uint64_t seq = item.seq;
     // Hand the function (and what it captured) back to the host before
-    // signalling completion, so a host that waited can drop it.
+    // signalling completion, so a host that waited can drop it; take the
+    // next item under the same lock.
     {
-      std::lock_guard<std::mutex> g(mu_);
+      std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+      lockSpinning(lk);
       retired_.push_back(std::move(item.fn));
+      if (!queue_.empty()) {
+        item = std::move(queue_.front());
+        queue_.pop_front();
+        have_item = true;
+      }
     }
     // seq_cst pairs with the waiter's registration in wake_at_ (store then
     // load on both sides), so a sleeping waiter is never missed.
-    completed_.store(item.seq, std::memory_order_seq_cst);
-    if (wake_at_.load(std::memory_order_seq_cst) <= item.seq) {
+    completed_.store(seq, std::memory_order_seq_cst);
+    if (wake_at_.load(std::memory_order_seq_cst) <= seq) {
       std::lock_guard<std::mutex> g(done_mu_);
       // Every sleeper wakes and registers its target again.
       wake_at_.store(kNobodyWaits, std::memory_order_seq_cst);

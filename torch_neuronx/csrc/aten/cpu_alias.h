@@ -16,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
+#include <c10/util/SmallVector.h>
 
 #include <utility>
 #include <vector>
@@ -31,6 +32,48 @@ class AliasSet {
 
  private:
   StorageMap cpu_storages_;
+};
+
+// The aliases a work item will use, described on the host and built by the
+// item itself when it runs.
+//
+// For the small ops of an eager program, building the aliases' TensorImpls
+// and StorageImpls on the host, and destroying them there once the item is
+// retired, was half of the host's cost per op. The host records a few words
+// per tensor (data pointer, geometry, dtype) — as of launch, like AliasSet —
+// and the device worker builds and drops the aliases.
+class AliasPlan {
+ public:
+  using Built = c10::SmallVector<at::Tensor, 6>;
+
+  // Records the alias of a neuron tensor (or an undefined tensor); returns
+  // its index in build()'s result.
+  int add(const at::Tensor& t);
+  // Records a host tensor handed to the item as it is (a CPU scalar's copy).
+  int keep(at::Tensor t);
+  // On the device worker: the tensors, in the order they were recorded.
+  // Aliases of one device storage share one CPU storage.
+  Built build() const;
+
+ private:
+  struct StorageSpec {
+    const c10::StorageImpl* key;  // identifies the storage (host side only)
+    void* data;
+    size_t nbytes;
+  };
+  struct TensorSpec {
+    c10::SmallVector<int64_t, 5> sizes;
+    c10::SmallVector<int64_t, 5> strides;
+    int64_t storage_offset = 0;
+    caffe2::TypeMeta dtype;
+    int storage = -1;  // index in storages_; -1: undefined; -2: kept
+    int kept = -1;     // index in kept_
+    bool conj = false;
+    bool neg = false;
+  };
+  c10::SmallVector<StorageSpec, 4> storages_;
+  c10::SmallVector<TensorSpec, 4> tensors_;
+  std::vector<at::Tensor> kept_;
 };
 
 }  // namespace torch_neuronx

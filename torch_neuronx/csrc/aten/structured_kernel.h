@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,8 @@
 #include "core/stream.h"
 
 namespace torch_neuronx::structured {
+
+using Built = AliasPlan::Built;
 
 // Encoding of non-tensor argument values into the metadata cache key.
 inline void keyOf(MetaCacheKey& k, int64_t v) { k.addWord(v); }
@@ -70,31 +73,32 @@ struct Arg {
   static void check(DeviceCheck&, const T&) {}
   static void key(MetaCacheKey& k, const T& v) { keyOf(k, v); }
   static const T& meta(MetaMirror&, const T& v) { return v; }
-  static Held hold(AliasSet&, const T& v) { return v; }
-  static const T& pass(const Held& h) { return h; }
+  static Held hold(AliasPlan&, const T& v) { return v; }
+  static const T& pass(const Held& h, Built&) { return h; }
 };
 
-inline at::Tensor holdTensor(AliasSet& a, const at::Tensor& t) {
-  if (!t.defined() || isNeuron(t)) return a.alias(t);
-  return t.clone();  // a CPU scalar: its value as of the launch
+// A tensor argument is held as its index in the item's built aliases.
+inline int holdTensor(AliasPlan& a, const at::Tensor& t) {
+  if (!t.defined() || isNeuron(t)) return a.add(t);
+  return a.keep(t.clone());  // a CPU scalar: its value as of the launch
 }
 
 template <>
 struct Arg<at::Tensor> {
-  using Held = at::Tensor;
+  using Held = int;
   static void check(DeviceCheck& c, const at::Tensor& t) { c.tensor(t); }
   static void key(MetaCacheKey& k, const at::Tensor& t) { k.addTensor(t); }
   static at::Tensor meta(MetaMirror& m, const at::Tensor& t) { return m(t); }
-  static Held hold(AliasSet& a, const at::Tensor& t) {
+  static Held hold(AliasPlan& a, const at::Tensor& t) {
     return holdTensor(a, t);
   }
-  static const at::Tensor& pass(const Held& h) { return h; }
+  static at::Tensor& pass(Held h, Built& b) { return b[h]; }
 };
 
 template <>
 struct Arg<std::optional<at::Tensor>> {
   using T = std::optional<at::Tensor>;
-  using Held = T;
+  using Held = int;  // -1: none
   static void check(DeviceCheck& c, const T& t) {
     if (t) c.tensor(*t);
   }
@@ -104,15 +108,15 @@ struct Arg<std::optional<at::Tensor>> {
   static T meta(MetaMirror& m, const T& t) {
     return t ? T(m(*t)) : std::nullopt;
   }
-  static Held hold(AliasSet& a, const T& t) {
-    return t ? T(holdTensor(a, *t)) : std::nullopt;
+  static Held hold(AliasPlan& a, const T& t) {
+    return t ? holdTensor(a, *t) : -1;
   }
-  static const T& pass(const Held& h) { return h; }
+  static T pass(Held h, Built& b) { return h < 0 ? T() : T(b[h]); }
 };
 
 template <>
 struct Arg<at::ITensorListRef> {
-  using Held = std::vector<at::Tensor>;
+  using Held = std::pair<int, int>;  // first index, count
   static void check(DeviceCheck& c, const at::ITensorListRef& l) {
     for (const at::Tensor& t : l) c.tensor(t);
   }
@@ -120,18 +124,25 @@ struct Arg<at::ITensorListRef> {
     k.addWord(static_cast<int64_t>(l.size()));
     for (const at::Tensor& t : l) k.addTensor(t);
   }
-  static Held meta(MetaMirror& m, const at::ITensorListRef& l) {
-    Held out;
+  static std::vector<at::Tensor> meta(MetaMirror& m,
+                                      const at::ITensorListRef& l) {
+    std::vector<at::Tensor> out;
     for (const at::Tensor& t : l) out.push_back(m(t));
     return out;
   }
-  static Held hold(AliasSet& a, const at::ITensorListRef& l) {
-    Held out;
-    for (const at::Tensor& t : l) out.push_back(holdTensor(a, t));
-    return out;
+  static Held hold(AliasPlan& a, const at::ITensorListRef& l) {
+    Held h{-1, 0};
+    for (const at::Tensor& t : l) {
+      int i = holdTensor(a, t);  // consecutive indices
+      if (h.first < 0) h.first = i;
+      ++h.second;
+    }
+    return h;
   }
-  static at::ITensorListRef pass(const Held& h) {
-    return at::ITensorListRef(h);
+  static at::ITensorListRef pass(Held h, Built& b) {
+    if (h.second == 0) return at::ITensorListRef(at::ArrayRef<at::Tensor>());
+    return at::ITensorListRef(
+        at::ArrayRef<at::Tensor>(b.data() + h.first, h.second));
   }
 };
 
@@ -142,8 +153,8 @@ struct Arg<at::IntArrayRef> {
   static void check(DeviceCheck&, at::IntArrayRef) {}
   static void key(MetaCacheKey& k, at::IntArrayRef v) { keyOf(k, v); }
   static at::IntArrayRef meta(MetaMirror&, at::IntArrayRef v) { return v; }
-  static Held hold(AliasSet&, at::IntArrayRef v) { return v.vec(); }
-  static at::IntArrayRef pass(const Held& h) { return h; }
+  static Held hold(AliasPlan&, at::IntArrayRef v) { return v.vec(); }
+  static at::IntArrayRef pass(const Held& h, Built&) { return h; }
 };
 
 template <>
@@ -154,10 +165,10 @@ struct Arg<at::OptionalIntArrayRef> {
   static at::OptionalIntArrayRef meta(MetaMirror&, at::OptionalIntArrayRef v) {
     return v;
   }
-  static Held hold(AliasSet&, at::OptionalIntArrayRef v) {
+  static Held hold(AliasPlan&, at::OptionalIntArrayRef v) {
     return v ? Held(v->vec()) : std::nullopt;
   }
-  static at::OptionalIntArrayRef pass(const Held& h) {
+  static at::OptionalIntArrayRef pass(const Held& h, Built&) {
     return h ? at::OptionalIntArrayRef(*h) : at::OptionalIntArrayRef();
   }
 };
@@ -168,8 +179,8 @@ struct Arg<c10::string_view> {
   static void check(DeviceCheck&, c10::string_view) {}
   static void key(MetaCacheKey& k, c10::string_view v) { keyOf(k, v); }
   static c10::string_view meta(MetaMirror&, c10::string_view v) { return v; }
-  static Held hold(AliasSet&, c10::string_view v) { return std::string(v); }
-  static c10::string_view pass(const Held& h) { return h; }
+  static Held hold(AliasPlan&, c10::string_view v) { return std::string(v); }
+  static c10::string_view pass(const Held& h, Built&) { return h; }
 };
 
 template <>
@@ -179,10 +190,10 @@ struct Arg<std::optional<c10::string_view>> {
   static void check(DeviceCheck&, const T&) {}
   static void key(MetaCacheKey& k, const T& v) { keyOf(k, v); }
   static const T& meta(MetaMirror&, const T& v) { return v; }
-  static Held hold(AliasSet&, const T& v) {
+  static Held hold(AliasPlan&, const T& v) {
     return v ? Held(std::string(*v)) : std::nullopt;
   }
-  static T pass(const Held& h) { return h ? T(*h) : std::nullopt; }
+  static T pass(const Held& h, Built&) { return h ? T(*h) : std::nullopt; }
 };
 
 template <typename T>
@@ -237,14 +248,26 @@ struct AllocFromCache<std::tuple<Ts...>> {
   }
 };
 
-inline at::Tensor aliasOut(AliasSet& a, const at::Tensor& t) {
-  return a.alias(t);
-}
+// Outputs are held like tensor arguments: their indices in the built aliases.
+inline int aliasOut(AliasPlan& a, const at::Tensor& t) { return a.add(t); }
 template <typename... Ts>
-std::tuple<Ts...> aliasOut(AliasSet& a, const std::tuple<Ts...>& t) {
+std::array<int, sizeof...(Ts)> aliasOut(AliasPlan& a,
+                                        const std::tuple<Ts...>& t) {
   return std::apply(
-      [&](const auto&... x) { return std::tuple<Ts...>(a.alias(x)...); }, t);
+      [&](const auto&... x) {
+        return std::array<int, sizeof...(Ts)>{a.add(x)...};
+      },
+      t);
 }
+
+// What a work item holds: the plan of its aliases and its arguments (tensors
+// as alias indices), in one allocation.
+template <typename Out, typename... Args>
+struct HeldWork {
+  AliasPlan plan;
+  std::tuple<typename ArgOf<Args>::Held...> args;
+  Out out{};
+};
 
 template <typename F>
 void runOnDevice(F&& f) {
@@ -287,28 +310,30 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
       storeCachedMeta(key, std::move(fresh));
       out = allocLike(meta_out, device);
     }
-    auto aliases = std::make_shared<AliasSet>();
-    auto held = std::make_shared<std::tuple<typename ArgOf<Args>::Held...>>(
-        ArgOf<Args>::hold(*aliases, args)...);
-    auto out_alias = aliasOut(*aliases, out);
-    launch(device, Name, [aliases, held, out_alias]() mutable {
-      runOnDevice(
-          [&] { run(out_alias, *held, std::index_sequence_for<Args...>{}); });
+    using OutIndex = decltype(aliasOut(std::declval<AliasPlan&>(), out));
+    auto work = std::make_shared<HeldWork<OutIndex, Args...>>();
+    work->args = {ArgOf<Args>::hold(work->plan, args)...};
+    work->out = aliasOut(work->plan, out);
+    launch(device, Name, [work]() {
+      runOnDevice([&] {
+        Built built = work->plan.build();
+        run(built, *work, std::index_sequence_for<Args...>{});
+      });
     });
     return out;
   }
 
  private:
-  template <typename Out, typename Held, size_t... I>
-  static void run(Out& out, Held& held, std::index_sequence<I...>) {
+  template <typename Work, size_t... I>
+  static void run(Built& b, Work& w, std::index_sequence<I...>) {
     if constexpr (std::is_same_v<Ret, at::Tensor>) {
-      CpuOutFn(out, ArgOf<Args>::pass(std::get<I>(held))...);
+      CpuOutFn(b[w.out], ArgOf<Args>::pass(std::get<I>(w.args), b)...);
     } else {
       std::apply(
-          [&](auto&... o) {
-            CpuOutFn(o..., ArgOf<Args>::pass(std::get<I>(held))...);
+          [&](auto... o) {
+            CpuOutFn(b[o]..., ArgOf<Args>::pass(std::get<I>(w.args), b)...);
           },
-          out);
+          w.out);
     }
   }
 };
@@ -340,21 +365,22 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
       MetaFn(meta_self, ArgOf<Rest>::meta(mm, rest)...);
       storeCachedMeta(key, CachedMeta{});
     }
-    auto aliases = std::make_shared<AliasSet>();
-    auto self_alias = std::make_shared<at::Tensor>(aliases->alias(self));
-    auto held = std::make_shared<std::tuple<typename ArgOf<Rest>::Held...>>(
-        ArgOf<Rest>::hold(*aliases, rest)...);
-    launch(device, Name, [aliases, self_alias, held]() {
-      runOnDevice(
-          [&] { run(*self_alias, *held, std::index_sequence_for<Rest...>{}); });
+    auto work = std::make_shared<HeldWork<int, Rest...>>();
+    work->out = work->plan.add(self);
+    work->args = {ArgOf<Rest>::hold(work->plan, rest)...};
+    launch(device, Name, [work]() {
+      runOnDevice([&] {
+        Built built = work->plan.build();
+        run(built, *work, std::index_sequence_for<Rest...>{});
+      });
     });
     return self;
   }
 
  private:
-  template <typename Held, size_t... I>
-  static void run(at::Tensor& self, Held& held, std::index_sequence<I...>) {
-    CpuFn(self, ArgOf<Rest>::pass(std::get<I>(held))...);
+  template <typename Work, size_t... I>
+  static void run(Built& b, Work& w, std::index_sequence<I...>) {
+    CpuFn(b[w.out], ArgOf<Rest>::pass(std::get<I>(w.args), b)...);
   }
 };
 

@@ -68,11 +68,14 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
       geometry = &fresh;
     }
     giveGeometries(*geometry, Seq{}, args...);
-    auto aliases = std::make_shared<AliasSet>();
-    auto held = std::make_shared<std::tuple<typename ArgOf<Args>::Held...>>(
-        ArgOf<Args>::hold(*aliases, args)...);
-    launch(device, Name,
-           [aliases, held]() { runOnDevice([&] { run(*held, Seq{}); }); });
+    auto work = std::make_shared<HeldWork<int, Args...>>();
+    work->args = {ArgOf<Args>::hold(work->plan, args)...};
+    launch(device, Name, [work]() {
+      runOnDevice([&] {
+        Built built = work->plan.build();
+        run(built, work->args, Seq{});
+      });
+    });
     return results(std::forward_as_tuple(args...));
   }
 
@@ -153,17 +156,11 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
     }
   }
 
+  // Outputs are held as alias indices like tensor inputs (Arg<at::Tensor>)
+  // and passed as the mutable aliases.
   template <typename Held, size_t... I>
-  static void run(Held& held, std::index_sequence<I...>) {
-    CpuFn(passArg<Args>(std::get<I>(held))...);
-  }
-  template <typename T, typename H>
-  static decltype(auto) passArg(H& h) {
-    if constexpr (kIsOut<T>) {
-      return static_cast<at::Tensor&>(h);
-    } else {
-      return ArgOf<T>::pass(h);
-    }
+  static void run(Built& b, Held& held, std::index_sequence<I...>) {
+    CpuFn(ArgOf<Args>::pass(std::get<I>(held), b)...);
   }
 
   // The outputs are the trailing arguments (the schema puts them last).
