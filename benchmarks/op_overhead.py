@@ -6,11 +6,18 @@ overhead (dispatch, allocation, launch), not compute. Run from the repo root::
     python benchmarks/op_overhead.py --devices neuron,cpu --iters 10000
 
 Target: neuron/cpu ratio <= 2.0 for every op.
+
+Each device is measured in a fresh child process of this one run: once a process has
+run OpenMP-parallel CPU kernels from two threads (the neuron stream's worker, then the
+main thread for the CPU run), libgomp throttles its pools and the CPU's 64x64 matmul
+takes ~15x longer. `--same-process` measures both in this process instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -78,6 +85,21 @@ def bench_device(device: torch.device, iters: int, warmup: int, repeats: int) ->
     return results
 
 
+def bench_in_child(name: str, args: argparse.Namespace) -> dict[str, float]:
+    """bench_device in a fresh interpreter (see the module docstring)."""
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        f"--iters={args.iters}",
+        f"--warmup={args.warmup}",
+        f"--repeats={args.repeats}",
+    ]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def parse_device(name: str) -> torch.device:
     try:
         return torch.device(name)
@@ -95,7 +117,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--warmup", type=int, default=1000, help="untimed ops before timing")
     p.add_argument("--repeats", type=int, default=3, help="timed runs; the best is kept")
+    p.add_argument(
+        "--same-process", action="store_true", help="measure both devices in this process"
+    )
+    p.add_argument("--child", help=argparse.SUPPRESS)  # internal: measure one device
     args = p.parse_args(argv)
+    if args.child:
+        print(
+            json.dumps(
+                bench_device(parse_device(args.child), args.iters, args.warmup, args.repeats)
+            )
+        )
+        return
 
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     if len(names) != 2:
@@ -106,7 +139,10 @@ def main(argv: list[str] | None = None) -> None:
         f"iters={args.iters} warmup={args.warmup} repeats={args.repeats} "
         f"cpu threads={torch.get_num_threads()} torch={torch.__version__}"
     )
-    results = [bench_device(d, args.iters, args.warmup, args.repeats) for d in devices]
+    if args.same_process:
+        results = [bench_device(d, args.iters, args.warmup, args.repeats) for d in devices]
+    else:
+        results = [bench_in_child(n, args) for n in names]
 
     col_a, col_b = f"{names[0]} µs/op", f"{names[1]} µs/op"
     ratio_col = f"{names[0]}/{names[1]}"
