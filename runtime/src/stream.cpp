@@ -62,24 +62,38 @@ void Stream::startWorkerLocked() {
 
 void Stream::destroyRetired() {
   std::vector<Fn> done;
+  std::vector<TaskPtr> done_tasks;
   {
     std::lock_guard<std::mutex> g(mu_);
     done.swap(retired_);
+    done_tasks.swap(retired_tasks_);
   }
 }
 
 uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
+  return enqueueItem(Item{0, label, kind, std::move(fn), nullptr});
+}
+
+uint64_t Stream::enqueue(const char* label, TaskPtr task, ItemKind kind) {
+  return enqueueItem(Item{0, label, kind, nullptr, std::move(task)});
+}
+
+uint64_t Stream::enqueueItem(Item item) {
   bool wake = false;
   uint64_t seq;
+  // What finished items captured is destroyed here, outside the lock.
   std::vector<Fn> done;
+  std::vector<TaskPtr> done_tasks;
   {
     std::unique_lock<std::mutex> g(mu_, std::defer_lock);
     lockSpinning(g);
     if (!retired_.empty()) done.swap(retired_);
+    if (!retired_tasks_.empty()) done_tasks.swap(retired_tasks_);
     // Workers start on first use so that unused pool streams cost nothing.
     if (!worker_.joinable()) startWorkerLocked();
     seq = enqueued_.load(std::memory_order_relaxed) + 1;
-    queue_.push_back(Item{seq, label, kind, std::move(fn)});
+    item.seq = seq;
+    queue_.push_back(std::move(item));
     enqueued_.store(seq, std::memory_order_release);
     wake = worker_sleeping_;
   }
@@ -118,7 +132,10 @@ void Stream::workerLoop() {
     int64_t start = trace_ && trace_->enabled() ? nowNs() : 0;
     if (!skip) {
       try {
-        item.fn();
+        if (item.task)
+          item.task->run();
+        else
+          item.fn();
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(error_mu_);
         if (!error_)
@@ -143,7 +160,10 @@ void Stream::workerLoop() {
     {
       std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
       lockSpinning(lk);
-      retired_.push_back(std::move(item.fn));
+      if (item.task)
+        retired_tasks_.push_back(std::move(item.task));
+      else
+        retired_.push_back(std::move(item.fn));
       if (!queue_.empty()) {
         item = std::move(queue_.front());
         queue_.pop_front();

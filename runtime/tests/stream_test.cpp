@@ -403,6 +403,61 @@ TEST(StreamTest, CapturedStateIsReleasedBeforeCompletion) {
   EXPECT_TRUE(weak.expired());
 }
 
+// A Task counting its runs and, through a flag it does not own, whether it
+// has been destroyed.
+class CountingTask final : public Task {
+ public:
+  CountingTask(std::vector<int>* order, int id, std::atomic<int>* destroyed)
+      : order_(order), id_(id), destroyed_(destroyed) {}
+  ~CountingTask() override { ++*destroyed_; }
+  void run() override {
+    if (id_ < 0) throw std::runtime_error("task failed");
+    order_->push_back(id_);
+  }
+
+ private:
+  std::vector<int>* order_;
+  int id_;
+  std::atomic<int>* destroyed_;
+};
+
+TEST(StreamTest, TasksAndFunctionsRunInOneFifoOrder) {
+  std::vector<int> order;  // worker-only until synchronize()
+  std::atomic<int> destroyed{0};
+  Stream s(0, 1, 0, nullptr);
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 2)
+      s.enqueue("task", std::make_unique<CountingTask>(&order, i, &destroyed));
+    else
+      s.enqueue("fn", [&order, i] { order.push_back(i); });
+  }
+  s.synchronize();
+  ASSERT_EQ(order.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(order[i], i);
+  // Released before synchronize() returned, like a function's captures.
+  EXPECT_EQ(destroyed.load(), 500);
+}
+
+TEST(StreamTest, FailingTaskPoisonsTheStreamLikeAFunction) {
+  std::vector<int> order;
+  std::atomic<int> destroyed{0};
+  Stream s(0, 1, 0, nullptr);
+  uint64_t bad = s.enqueue(
+      "bad_task", std::make_unique<CountingTask>(&order, -1, &destroyed));
+  s.enqueue("skipped", std::make_unique<CountingTask>(&order, 1, &destroyed));
+  s.synchronize();
+  auto err = s.takeError();
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->seq, bad);
+  EXPECT_EQ(err->label, "bad_task");
+  EXPECT_EQ(err->message, "task failed");
+  EXPECT_TRUE(order.empty());
+  EXPECT_EQ(destroyed.load(), 2);
+  s.enqueue("after", std::make_unique<CountingTask>(&order, 2, &destroyed));
+  s.synchronize();
+  EXPECT_EQ(order, std::vector<int>{2});
+}
+
 // ---------------------------------------------------------------------------
 // Trace
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,6 +38,16 @@ struct WorkError {
   std::string message;
 };
 
+// Device work with state of its own, the state and the code in one object:
+// one allocation per item, where a std::function holding a pointer to its
+// state takes two. Like a Fn, it is destroyed by the host once it has run.
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual void run() = 0;
+};
+using TaskPtr = std::unique_ptr<Task>;
+
 class Stream {
  public:
   using Fn = std::function<void()>;
@@ -49,6 +60,8 @@ class Stream {
   // Queues an item; returns its sequence number (1, 2, ...). `label` must
   // outlive the process (an operator name, a literal).
   uint64_t enqueue(const char* label, Fn fn,
+                   ItemKind kind = ItemKind::kCompute);
+  uint64_t enqueue(const char* label, TaskPtr task,
                    ItemKind kind = ItemKind::kCompute);
 
   // Blocks the calling thread until every item queued so far has run.
@@ -77,7 +90,10 @@ class Stream {
     const char* label;
     ItemKind kind;
     Fn fn;
+    TaskPtr task;  // instead of fn
   };
+
+  uint64_t enqueueItem(Item item);
 
   void workerLoop();
   void startWorkerLocked();
@@ -96,6 +112,7 @@ class Stream {
   // thread; freeing it there keeps malloc's per-thread caches effective
   // (frees on the worker make every host allocation take malloc's slow path).
   std::vector<Fn> retired_;
+  std::vector<TaskPtr> retired_tasks_;
   bool worker_sleeping_ = false;
   bool stop_ = false;
   std::thread worker_;

@@ -260,13 +260,15 @@ std::array<int, sizeof...(Ts)> aliasOut(AliasPlan& a,
       t);
 }
 
-// What a work item holds: the plan of its aliases and its arguments (tensors
-// as alias indices), in one allocation.
+// A work item of the fast paths: the plan of its aliases and its arguments
+// (tensors as alias indices), and the code that runs it, in one allocation.
 template <typename Out, typename... Args>
-struct HeldWork {
+struct HeldWork final : neuron_rt::Task {
   AliasPlan plan;
   std::tuple<typename ArgOf<Args>::Held...> args;
   Out out{};
+  void (*body)(HeldWork&) = nullptr;
+  void run() override { body(*this); }
 };
 
 template <typename F>
@@ -311,15 +313,17 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
       out = allocLike(meta_out, device);
     }
     using OutIndex = decltype(aliasOut(std::declval<AliasPlan&>(), out));
-    auto work = std::make_shared<HeldWork<OutIndex, Args...>>();
+    using Work = HeldWork<OutIndex, Args...>;
+    auto work = std::make_unique<Work>();
     work->args = {ArgOf<Args>::hold(work->plan, args)...};
     work->out = aliasOut(work->plan, out);
-    launch(device, Name, [work]() {
+    work->body = [](Work& w) {
       runOnDevice([&] {
-        Built built = work->plan.build();
-        run(built, *work, std::index_sequence_for<Args...>{});
+        Built built = w.plan.build();
+        run(built, w, std::index_sequence_for<Args...>{});
       });
-    });
+    };
+    launchTask(device, Name, std::move(work));
     return out;
   }
 
@@ -365,15 +369,17 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
       MetaFn(meta_self, ArgOf<Rest>::meta(mm, rest)...);
       storeCachedMeta(key, CachedMeta{});
     }
-    auto work = std::make_shared<HeldWork<int, Rest...>>();
+    using Work = HeldWork<int, Rest...>;
+    auto work = std::make_unique<Work>();
     work->out = work->plan.add(self);
     work->args = {ArgOf<Rest>::hold(work->plan, rest)...};
-    launch(device, Name, [work]() {
+    work->body = [](Work& w) {
       runOnDevice([&] {
-        Built built = work->plan.build();
-        run(built, *work, std::index_sequence_for<Rest...>{});
+        Built built = w.plan.build();
+        run(built, w, std::index_sequence_for<Rest...>{});
       });
-    });
+    };
+    launchTask(device, Name, std::move(work));
     return self;
   }
 

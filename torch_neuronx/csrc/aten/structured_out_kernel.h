@@ -68,14 +68,16 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
       geometry = &fresh;
     }
     giveGeometries(*geometry, Seq{}, args...);
-    auto work = std::make_shared<HeldWork<int, Args...>>();
+    using Work = HeldWork<int, Args...>;
+    auto work = std::make_unique<Work>();
     work->args = {ArgOf<Args>::hold(work->plan, args)...};
-    launch(device, Name, [work]() {
+    work->body = [](Work& w) {
       runOnDevice([&] {
-        Built built = work->plan.build();
-        run(built, work->args, Seq{});
+        Built built = w.plan.build();
+        run(built, w.args, Seq{});
       });
-    });
+    };
+    launchTask(device, Name, std::move(work));
     return results(std::forward_as_tuple(args...));
   }
 

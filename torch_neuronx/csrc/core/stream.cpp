@@ -90,6 +90,18 @@ void launchOn(const c10::Stream& stream, const char* label,
   }
 }
 
+void launchTask(c10::DeviceIndex device, const char* label,
+                neuron_rt::TaskPtr task, neuron_rt::ItemKind kind) {
+  const c10::Stream stream = currentStream(device);
+  neuron_rt::Stream& s = runtimeStream(stream);
+  releaseHostComputePool();
+  uint64_t seq = s.enqueue(label, std::move(task), kind);
+  if (launchBlocking()) {
+    s.waitFor(seq);
+    raisePendingError(device);
+  }
+}
+
 void launch(c10::DeviceIndex device, const char* label,
             std::function<void()> fn, neuron_rt::ItemKind kind) {
   launchOn(currentStream(device), label, std::move(fn), kind);

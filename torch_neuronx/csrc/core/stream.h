@@ -30,6 +30,10 @@ void launch(c10::DeviceIndex device, const char* label,
 void launchOn(const c10::Stream& stream, const char* label,
               std::function<void()> fn,
               neuron_rt::ItemKind kind = neuron_rt::ItemKind::kCompute);
+// The same for work that carries its own state (the op fast paths).
+void launchTask(c10::DeviceIndex device, const char* label,
+                neuron_rt::TaskPtr task,
+                neuron_rt::ItemKind kind = neuron_rt::ItemKind::kCompute);
 
 // Waits for `stream` and raises any pending device error of its device.
 void synchronizeStream(const c10::Stream& stream);
