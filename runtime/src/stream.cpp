@@ -24,30 +24,29 @@ inline void cpuRelax() {
 #endif
 }
 
-// mu_ is held only for a few pushes and pops, by the host queueing and the
-// worker taking items. Blocking on it at once would cost a futex sleep here
-// and a futex wake-up in the holder's unlock (a system call on the host's
-// path for each op): spin briefly first.
-void lockSpinning(std::unique_lock<std::mutex>& lk) {
-  for (int i = 0; i < 128; ++i) {
-    if (lk.try_lock()) return;
-    cpuRelax();
-  }
-  lk.lock();
-}
-
 }  // namespace
 
 Stream::Stream(int device, int id, int priority, Trace* trace)
-    : device_(device), id_(id), priority_(priority), trace_(trace) {}
+    : device_(device),
+      id_(id),
+      priority_(priority),
+      trace_(trace),
+      stub_(new Node),
+      tail_(stub_),
+      oldest_(stub_) {}
 
 Stream::~Stream() {
   {
-    std::lock_guard<std::mutex> g(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> g(sleep_mu_);
+    stop_.store(true, std::memory_order_seq_cst);
   }
   work_cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) worker_.join();  // after it has run what is queued
+  for (Node* n = oldest_; n;) {
+    Node* next = n->next.load(std::memory_order_relaxed);
+    delete n;
+    n = next;
+  }
 }
 
 void Stream::startWorkerLocked() {
@@ -60,116 +59,128 @@ void Stream::startWorkerLocked() {
   });
 }
 
-void Stream::destroyRetired() {
-  std::vector<Fn> done;
-  std::vector<TaskPtr> done_tasks;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    done.swap(retired_);
-    done_tasks.swap(retired_tasks_);
+Stream::Reclaimed::~Reclaimed() {
+  while (chain) {
+    Node* next = chain->next.load(std::memory_order_relaxed);
+    delete chain;
+    chain = next;
   }
+}
+
+void Stream::reclaimLocked(Reclaimed& out) {
+  const uint64_t done = completed_.load(std::memory_order_acquire);
+  // Nodes before the last finished one: the worker has moved past them.
+  Node* first = oldest_;
+  Node* last = nullptr;
+  while (oldest_->seq < done) {
+    last = oldest_;
+    oldest_ = oldest_->next.load(std::memory_order_relaxed);
+  }
+  if (last) {
+    last->next.store(nullptr, std::memory_order_relaxed);
+    out.chain = first;
+  }
+  // The last finished node stays (the worker reads its `next`); what its
+  // item holds goes.
+  if (oldest_->seq <= done) {
+    out.fn = std::move(oldest_->fn);
+    out.task = std::move(oldest_->task);
+  }
+}
+
+void Stream::destroyRetired() {
+  Reclaimed reclaimed;
+  std::lock_guard<std::mutex> g(append_mu_);
+  reclaimLocked(reclaimed);
 }
 
 uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
-  return enqueueItem(Item{0, label, kind, std::move(fn), nullptr});
+  return append(label, kind, std::move(fn), nullptr);
 }
 
 uint64_t Stream::enqueue(const char* label, TaskPtr task, ItemKind kind) {
-  return enqueueItem(Item{0, label, kind, nullptr, std::move(task)});
+  return append(label, kind, nullptr, std::move(task));
 }
 
-uint64_t Stream::enqueueItem(Item item) {
-  bool wake = false;
+uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
+  Node* node = new Node;
+  node->label = label;
+  node->kind = kind;
+  node->fn = std::move(fn);
+  node->task = std::move(task);
   uint64_t seq;
-  // What finished items captured is destroyed here, outside the lock.
-  std::vector<Fn> done;
-  std::vector<TaskPtr> done_tasks;
+  Reclaimed reclaimed;  // destroyed after the lock is released
   {
-    std::unique_lock<std::mutex> g(mu_, std::defer_lock);
-    lockSpinning(g);
-    if (!retired_.empty()) done.swap(retired_);
-    if (!retired_tasks_.empty()) done_tasks.swap(retired_tasks_);
+    std::lock_guard<std::mutex> g(append_mu_);
+    reclaimLocked(reclaimed);
     // Workers start on first use so that unused pool streams cost nothing.
     if (!worker_.joinable()) startWorkerLocked();
     seq = enqueued_.load(std::memory_order_relaxed) + 1;
-    item.seq = seq;
-    queue_.push_back(std::move(item));
+    node->seq = seq;
     enqueued_.store(seq, std::memory_order_release);
-    wake = worker_sleeping_;
+    // seq_cst pairs with the worker's sleep (store worker_sleeping_, then
+    // load next): either it sees this node or this thread sees it asleep.
+    tail_->next.store(node, std::memory_order_seq_cst);
+    tail_ = node;
   }
-  if (wake) work_cv_.notify_one();
+  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> g(sleep_mu_);
+    work_cv_.notify_one();
+  }
   return seq;
 }
 
 void Stream::workerLoop() {
-  Item item;
-  bool have_item = false;  // taken with the previous item's retirement
+  Node* cur = stub_;
   for (;;) {
-    if (!have_item) {
-      std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
-      lockSpinning(lk);
-      if (queue_.empty() && !stop_) {
-        lk.unlock();
-        int64_t until = nowNs() + kIdleSpinNs;
-        while (nowNs() < until) {
-          if (enqueued_.load(std::memory_order_acquire) >
-              completed_.load(std::memory_order_relaxed))
-            break;
-          sched_yield();
-        }
-        lk.lock();
-        worker_sleeping_ = true;
-        work_cv_.wait(lk, [this] { return !queue_.empty() || stop_; });
-        worker_sleeping_ = false;
+    Node* item = cur->next.load(std::memory_order_acquire);
+    if (!item) {
+      int64_t until = nowNs() + kIdleSpinNs;
+      while (nowNs() < until) {
+        if ((item = cur->next.load(std::memory_order_acquire))) break;
+        sched_yield();
       }
-      if (queue_.empty()) return;  // stop_ and drained
-      item = std::move(queue_.front());
-      queue_.pop_front();
     }
-    have_item = false;
-    bool skip = item.kind != ItemKind::kMarker &&
+    if (!item) {
+      std::unique_lock<std::mutex> lk(sleep_mu_);
+      worker_sleeping_.store(true, std::memory_order_seq_cst);
+      work_cv_.wait(lk, [&] {
+        item = cur->next.load(std::memory_order_seq_cst);
+        return item || stop_.load(std::memory_order_seq_cst);
+      });
+      worker_sleeping_.store(false, std::memory_order_relaxed);
+      if (!item) return;  // stopping, and everything queued has run
+    }
+    bool skip = item->kind != ItemKind::kMarker &&
                 poisoned_.load(std::memory_order_acquire);
     int64_t start = trace_ && trace_->enabled() ? nowNs() : 0;
     if (!skip) {
       try {
-        if (item.task)
-          item.task->run();
+        if (item->task)
+          item->task->run();
         else
-          item.fn();
+          item->fn();
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(error_mu_);
         if (!error_)
-          error_ = WorkError{device_, id_, item.seq, item.label, e.what()};
+          error_ = WorkError{device_, id_, item->seq, item->label, e.what()};
         poisoned_.store(true, std::memory_order_release);
       } catch (...) {
         std::lock_guard<std::mutex> g(error_mu_);
         if (!error_)
-          error_ = WorkError{device_, id_, item.seq, item.label,
+          error_ = WorkError{device_, id_, item->seq, item->label,
                              "unknown exception"};
         poisoned_.store(true, std::memory_order_release);
       }
     }
     if (start) {
-      trace_->add(TraceRecord{device_, id_, item.seq, item.label, start,
+      trace_->add(TraceRecord{device_, id_, item->seq, item->label, start,
                               nowNs(), skip});
     }
-    const uint64_t seq = item.seq;
-    // Hand the function (and what it captured) back to the host before
-    // signalling completion, so a host that waited can drop it; take the
-    // next item under the same lock.
-    {
-      std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
-      lockSpinning(lk);
-      if (item.task)
-        retired_tasks_.push_back(std::move(item.task));
-      else
-        retired_.push_back(std::move(item.fn));
-      if (!queue_.empty()) {
-        item = std::move(queue_.front());
-        queue_.pop_front();
-        have_item = true;
-      }
-    }
+    const uint64_t seq = item->seq;
+    cur = item;  // from here on the worker reads only cur->next
+    // The item's function and captures are dropped by the host (the next
+    // enqueue, or a synchronize that waited for it).
     // seq_cst pairs with the waiter's registration in wake_at_ (store then
     // load on both sides), so a sleeping waiter is never missed.
     completed_.store(seq, std::memory_order_seq_cst);

@@ -11,7 +11,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -85,16 +84,32 @@ class Stream {
   }
 
  private:
-  struct Item {
-    uint64_t seq;
-    const char* label;
-    ItemKind kind;
+  // A queued item. Host threads link nodes at the tail under append_mu_; the
+  // worker follows `next` without a lock, so handing an item over costs no
+  // lock shared between the two threads (a lock both took for each item was
+  // the largest cost of a small op on the host). The host reclaims the nodes
+  // of items that have run.
+  struct Node {
+    std::atomic<Node*> next{nullptr};
+    uint64_t seq = 0;
+    const char* label = "";
+    ItemKind kind = ItemKind::kCompute;
     Fn fn;
     TaskPtr task;  // instead of fn
   };
 
-  uint64_t enqueueItem(Item item);
-
+  uint64_t append(const char* label, ItemKind kind, Fn fn, TaskPtr task);
+  // Detaches what finished items hold (under append_mu_); the caller
+  // destroys it outside the lock. What a work item captures is allocated by
+  // the host thread; freeing it there keeps malloc's per-thread caches
+  // effective, and destructors that queue work cannot deadlock on the lock.
+  struct Reclaimed {
+    Node* chain = nullptr;  // nodes no thread refers to any more
+    Fn fn;                  // the payload of the last finished item
+    TaskPtr task;
+    ~Reclaimed();
+  };
+  void reclaimLocked(Reclaimed& out);
   void workerLoop();
   void startWorkerLocked();
   void destroyRetired();
@@ -104,18 +119,18 @@ class Stream {
   const int priority_;
   Trace* trace_;
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::deque<Item> queue_;
-  // Functions of items that have run, destroyed by the next host call
-  // (enqueue / wait). What a work item captures is allocated by the host
-  // thread; freeing it there keeps malloc's per-thread caches effective
-  // (frees on the worker make every host allocation take malloc's slow path).
-  std::vector<Fn> retired_;
-  std::vector<TaskPtr> retired_tasks_;
-  bool worker_sleeping_ = false;
-  bool stop_ = false;
+  std::mutex append_mu_;  // host threads queueing items
+  Node* const stub_;      // the worker's starting point (seq 0)
+  Node* tail_;            // last linked node (append_mu_)
+  Node* oldest_;          // oldest node not reclaimed (append_mu_)
   std::thread worker_;
+
+  // An idle worker sleeps on work_cv_; a host thread that links an item
+  // while it sleeps wakes it.
+  std::mutex sleep_mu_;
+  std::condition_variable work_cv_;
+  std::atomic<bool> worker_sleeping_{false};
+  std::atomic<bool> stop_{false};
 
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> completed_{0};
