@@ -2,8 +2,9 @@
 
 Every structured ATen operator whose out= kernel has a CPU implementation gets
 PrivateUse1 kernels for its functional, in-place and out= variants, from the
-templates in aten/structured_kernel.h and aten/structured_out_kernel.h. The signatures come from torchgen, the code
-generator shipped with the installed torch, so they match its headers.
+templates in aten/structured_kernel.h and aten/structured_out_kernel.h. The
+signatures come from torchgen, the code generator shipped with the installed
+torch, so they match its headers.
 
 Run after changing the torch version:
     python tools/gen_structured_registrations.py
