@@ -7,10 +7,10 @@ overhead (dispatch, allocation, launch), not compute. Run from the repo root::
 
 Target: neuron/cpu ratio <= 2.0 for every op.
 
-Each device is measured in a fresh child process of this one run: once a process has
-run OpenMP-parallel CPU kernels from two threads (the neuron stream's worker, then the
-main thread for the CPU run), libgomp throttles its pools and the CPU's 64x64 matmul
-takes ~15x longer. `--same-process` measures both in this process instead.
+Each device is measured in a fresh child process of this one run, so that neither run
+inherits the other's thread pools (OpenMP pools of threads other than the caller's make
+libgomp throttle the caller's parallel kernels; the backend releases idle pools, see
+core/compute_pool.h). `--same-process` measures both in this process instead.
 """
 
 from __future__ import annotations

@@ -24,7 +24,13 @@ inline void cpuRelax() {
 #endif
 }
 
+std::atomic<void (*)()> g_worker_idle_hook{nullptr};
+
 }  // namespace
+
+void setWorkerIdleHook(void (*hook)()) {
+  g_worker_idle_hook.store(hook, std::memory_order_release);
+}
 
 Stream::Stream(int device, int id, int priority, Trace* trace)
     : device_(device),
@@ -142,6 +148,8 @@ void Stream::workerLoop() {
       }
     }
     if (!item) {
+      if (auto hook = g_worker_idle_hook.load(std::memory_order_acquire))
+        hook();
       std::unique_lock<std::mutex> lk(sleep_mu_);
       worker_sleeping_.store(true, std::memory_order_seq_cst);
       work_cv_.wait(lk, [&] {

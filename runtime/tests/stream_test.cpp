@@ -458,6 +458,35 @@ TEST(StreamTest, FailingTaskPoisonsTheStreamLikeAFunction) {
   EXPECT_EQ(order, std::vector<int>{2});
 }
 
+std::atomic<int> g_idle_calls{0};
+std::atomic<std::thread::id> g_idle_thread;
+void countIdle() {
+  g_idle_thread.store(std::this_thread::get_id());
+  ++g_idle_calls;
+}
+
+TEST(StreamTest, IdleHookRunsOnTheWorkerBeforeItSleeps) {
+  setWorkerIdleHook(&countIdle);
+  g_idle_calls = 0;
+  std::atomic<std::thread::id> worker_id;
+  {
+    Stream s(0, 1, 0, nullptr);
+    s.enqueue("who", [&] { worker_id.store(std::this_thread::get_id()); });
+    s.synchronize();
+    // Idle long enough to pass the idle spin and sleep.
+    for (int i = 0; i < 200 && g_idle_calls.load() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GE(g_idle_calls.load(), 1);
+    EXPECT_EQ(g_idle_thread.load(), worker_id.load());
+    // Work queued after the hook ran still runs.
+    std::atomic<bool> ran{false};
+    s.enqueue("after", [&] { ran = true; });
+    s.synchronize();
+    EXPECT_TRUE(ran.load());
+  }
+  setWorkerIdleHook(nullptr);
+}
+
 // ---------------------------------------------------------------------------
 // Trace
 

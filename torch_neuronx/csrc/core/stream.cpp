@@ -8,8 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/compute_pool.h"
 #include "core/device.h"
-#include "core/host_compute_pool.h"
 
 namespace torch_neuronx {
 namespace {
@@ -82,7 +82,7 @@ bool launchBlocking() {
 void launchOn(const c10::Stream& stream, const char* label,
               std::function<void()> fn, neuron_rt::ItemKind kind) {
   neuron_rt::Stream& s = runtimeStream(stream);
-  releaseHostComputePool();
+  releaseThreadComputePool();
   uint64_t seq = s.enqueue(label, std::move(fn), kind);
   if (launchBlocking()) {
     s.waitFor(seq);
@@ -94,7 +94,7 @@ void launchTask(c10::DeviceIndex device, const char* label,
                 neuron_rt::TaskPtr task, neuron_rt::ItemKind kind) {
   const c10::Stream stream = currentStream(device);
   neuron_rt::Stream& s = runtimeStream(stream);
-  releaseHostComputePool();
+  releaseThreadComputePool();
   uint64_t seq = s.enqueue(label, std::move(task), kind);
   if (launchBlocking()) {
     s.waitFor(seq);

@@ -1,6 +1,7 @@
-#include "core/host_compute_pool.h"
+#include "core/compute_pool.h"
 
 #include <dlfcn.h>
+#include <neuron_runtime/stream.h>
 
 namespace torch_neuronx {
 namespace {
@@ -20,9 +21,15 @@ PauseFn findPause() {
   return nullptr;
 }
 
+// Stream workers release their pool when they go idle.
+const bool kWorkerHookInstalled = [] {
+  neuron_rt::setWorkerIdleHook(&releaseThreadComputePool);
+  return true;
+}();
+
 }  // namespace
 
-void releaseHostComputePool() {
+void releaseThreadComputePool() {
   static const PauseFn pause = findPause();
   if (pause) pause(kOmpPauseSoft);
 }

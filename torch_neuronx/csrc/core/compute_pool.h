@@ -1,0 +1,29 @@
+// The OpenMP pools of the host's and the device's threads, and why each side
+// wants the other's gone.
+//
+// The simulated core computes with ATen's CPU kernels on its stream workers;
+// their parallel regions run on OpenMP thread pools of their own (one per
+// master thread). libgomp counts the threads of every pool in the process,
+// and once they outnumber the cores it throttles spin-waiting in all pools:
+// every parallel region then pays a futex sleep and wake-up.
+// - Device side: a host thread that once ran a parallel CPU kernel (building
+//   a model on the CPU, say) keeps an idle pool that tips the count; each
+//   parallel region of the device paid for it (small GPT: ~1,100 context
+//   switches per training step, 5-10% of the step time). The host thread
+//   releases its pool whenever it hands work to the device.
+// - Host side: an idle stream worker's pool did the same to the user's own
+//   CPU kernels between device work (a 64x64 CPU matmul took 85 us instead
+//   of 5 after the device had run one). A worker releases its pool when it
+//   runs out of work and goes to sleep (the runtime's worker idle hook).
+// A thread's next parallel kernel simply starts a new pool.
+#pragma once
+
+namespace torch_neuronx {
+
+// Releases the calling thread's idle OpenMP pool, if it has one. Cheap when
+// it has none (a thread-local check inside the OpenMP runtime); does nothing
+// inside a parallel region or where the OpenMP runtime lacks
+// omp_pause_resource_all.
+void releaseThreadComputePool();
+
+}  // namespace torch_neuronx
