@@ -9,8 +9,9 @@ Target: neuron/cpu ratio <= 2.0 for every op.
 
 Each device is measured in a fresh child process of this one run, so that neither run
 inherits the other's thread pools (OpenMP pools of threads other than the caller's make
-libgomp throttle the caller's parallel kernels; the backend releases idle pools, see
-core/compute_pool.h). `--same-process` measures both in this process instead.
+libgomp throttle the caller's parallel kernels; the backend releases a stream worker's
+pool only after 200 ms without work, see core/compute_pool.h). `--same-process`
+measures both in this process instead.
 """
 
 from __future__ import annotations

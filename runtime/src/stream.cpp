@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <chrono>
 #include <exception>
 #include <string>
 
@@ -15,6 +16,10 @@ namespace {
 // queues items a few microseconds apart; polling briefly avoids paying a
 // futex wake-up for each of them.
 constexpr int64_t kIdleSpinNs = 30'000;
+// How long a sleeping worker waits for work before it calls the idle hook:
+// programs that synchronise often (every step) wake it again sooner, and
+// should not pay for releasing and re-creating what the hook releases.
+constexpr std::chrono::milliseconds kIdleHookDelay{200};
 // How long a host thread polls for completion before it sleeps.
 constexpr int64_t kWaitSpinNs = 20'000;
 
@@ -148,14 +153,23 @@ void Stream::workerLoop() {
       }
     }
     if (!item) {
-      if (auto hook = g_worker_idle_hook.load(std::memory_order_acquire))
-        hook();
       std::unique_lock<std::mutex> lk(sleep_mu_);
       worker_sleeping_.store(true, std::memory_order_seq_cst);
-      work_cv_.wait(lk, [&] {
+      auto ready = [&] {
         item = cur->next.load(std::memory_order_seq_cst);
         return item || stop_.load(std::memory_order_seq_cst);
-      });
+      };
+      if (!work_cv_.wait_for(lk, kIdleHookDelay, ready)) {
+        // Idle for a while: let the embedder release what the thread holds.
+        // A host that links an item meanwhile sees worker_sleeping_ and
+        // notifies; the wait below checks for the item first.
+        if (auto hook = g_worker_idle_hook.load(std::memory_order_acquire)) {
+          lk.unlock();
+          hook();
+          lk.lock();
+        }
+        work_cv_.wait(lk, ready);
+      }
       worker_sleeping_.store(false, std::memory_order_relaxed);
       if (!item) return;  // stopping, and everything queued has run
     }

@@ -473,8 +473,8 @@ TEST(StreamTest, IdleHookRunsOnTheWorkerBeforeItSleeps) {
     Stream s(0, 1, 0, nullptr);
     s.enqueue("who", [&] { worker_id.store(std::this_thread::get_id()); });
     s.synchronize();
-    // Idle long enough to pass the idle spin and sleep.
-    for (int i = 0; i < 200 && g_idle_calls.load() == 0; ++i)
+    // Idle long enough for the hook (200 ms after the idle spin).
+    for (int i = 0; i < 2000 && g_idle_calls.load() == 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_GE(g_idle_calls.load(), 1);
     EXPECT_EQ(g_idle_thread.load(), worker_id.load());

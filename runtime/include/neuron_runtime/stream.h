@@ -47,9 +47,10 @@ class Task {
 };
 using TaskPtr = std::unique_ptr<Task>;
 
-// Called on a stream's worker thread when it has run out of work and is
-// about to sleep (after its idle spin), so that the embedder can release what
-// the thread holds while idle (the backend: its OpenMP pool). nullptr: none.
+// Called on a stream's worker thread when it has had no work for a while
+// (200 ms after its idle spin), before it sleeps for good, so that the embedder
+// can release what the thread holds while idle (the backend: its OpenMP pool).
+// nullptr: none.
 void setWorkerIdleHook(void (*hook)());
 
 class Stream {
