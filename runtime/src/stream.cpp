@@ -23,12 +23,6 @@ constexpr std::chrono::milliseconds kIdleHookDelay{200};
 // How long a host thread polls for completion before it sleeps.
 constexpr int64_t kWaitSpinNs = 20'000;
 
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 std::atomic<void (*)()> g_worker_idle_hook{nullptr};
 
 }  // namespace

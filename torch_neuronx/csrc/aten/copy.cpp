@@ -5,11 +5,10 @@
 #include <neuron_runtime/event.h>
 
 #include <memory>
-#include <stdexcept>
 
 #include "aten/cpu_alias.h"
-#include "aten/device_warnings.h"
 #include "aten/op_args.h"
+#include "aten/run_on_device.h"
 #include "core/device.h"
 #include "core/pinned_allocator.h"
 #include "core/stream.h"
@@ -35,15 +34,7 @@ at::Tensor pinnedOperand(const at::Tensor& host, const c10::Stream& stream) {
 // Runs dst.copy_(src) on CPU aliases inside a work item.
 std::function<void()> copyItem(std::shared_ptr<AliasSet> keep, at::Tensor dst,
                                at::Tensor src) {
-  return [keep, dst, src]() mutable {
-    useDeviceWarningHandler();
-    c10::InferenceMode guard;
-    try {
-      dst.copy_(src);
-    } catch (const c10::Error& e) {
-      throw std::runtime_error(e.what_without_backtrace());
-    }
-  };
+  return [keep, dst, src]() mutable { runOnDevice([&] { dst.copy_(src); }); };
 }
 
 }  // namespace
@@ -135,11 +126,7 @@ c10::Scalar localScalarDense(const at::Tensor& self) {
   auto result = std::make_shared<c10::Scalar>();
   at::Tensor a = aliases->alias(self);
   launch(d, "aten::_local_scalar_dense", [aliases, a, result] {
-    try {
-      *result = at::_local_scalar_dense(a);
-    } catch (const c10::Error& e) {
-      throw std::runtime_error(e.what_without_backtrace());
-    }
+    runOnDevice([&] { *result = at::_local_scalar_dense(a); });
   });
   synchronizeStream(currentStream(d));
   return *result;

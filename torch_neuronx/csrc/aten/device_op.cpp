@@ -15,10 +15,10 @@
 #include <unordered_set>
 
 #include "aten/cpu_alias.h"
-#include "aten/device_warnings.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
+#include "aten/run_on_device.h"
 #include "core/device.h"
 #include "core/generator.h"
 #include "core/memory_history.h"
@@ -195,10 +195,6 @@ IValue cpuGenerator(const IValue& v, c10::DeviceIndex device) {
   return IValue(launchGenerator(gen, device));
 }
 
-void rethrowPlain(const c10::Error& e) {
-  throw std::runtime_error(e.what_without_backtrace());
-}
-
 // Arguments as the CPU kernel sees them, built on the host at launch.
 struct CpuCall {
   c10::OperatorHandle op;
@@ -236,13 +232,7 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
 }
 
 void runCpu(CpuCall& call) {
-  useDeviceWarningHandler();
-  c10::InferenceMode guard;  // device work records no autograd history
-  try {
-    call.op.callBoxed(call.args);
-  } catch (const c10::Error& e) {
-    rethrowPlain(e);
-  }
+  runOnDevice([&] { call.op.callBoxed(call.args); });
 }
 
 // TORCH_NEURONX_LOG_SYNC_OPS=1 prints why an op took the synchronous path
@@ -469,8 +459,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
                             }));
     launch(device, traits.name.c_str(), [call, targets] {
       runCpu(*call);
-      c10::InferenceMode guard;
-      try {
+      runOnDevice([&] {
         for (auto& [i, target] : *targets) {
           const IValue& result = call->args[i];
           if (target.isTensor()) {
@@ -483,9 +472,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
               if (dst.get(k).defined()) dst.get(k).copy_(src.get(k));
           }
         }
-      } catch (const c10::Error& e) {
-        rethrowPlain(e);
-      }
+      });
     });
   }
 

@@ -7,8 +7,8 @@
 #include <stdexcept>
 
 #include "aten/cpu_alias.h"
-#include "aten/device_warnings.h"
 #include "aten/op_stats.h"
+#include "aten/run_on_device.h"
 #include "core/generator.h"
 #include "core/stream.h"
 
@@ -38,15 +38,11 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
   at::Tensor mask_a = aliases->alias(mask);
   launch(device, "aten::native_dropout",
          [aliases, in_a, out_a, mask_a, gen, keep]() mutable {
-           useDeviceWarningHandler();
-           c10::InferenceMode guard;
-           try {
+           runOnDevice([&] {
              mask_a.bernoulli_(keep, gen);
              at::mul_out(out_a, in_a, mask_a);
              out_a.mul_(1.0 / keep);
-           } catch (const c10::Error& e) {
-             throw std::runtime_error(e.what_without_backtrace());
-           }
+           });
          });
   return {out, mask};
 }

@@ -8,12 +8,11 @@
 
 #include <atomic>
 #include <memory>
-#include <stdexcept>
 
 #include "aten/cpu_alias.h"
-#include "aten/device_warnings.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
+#include "aten/run_on_device.h"
 #include "core/memory_history.h"
 #include "core/stream.h"
 
@@ -49,15 +48,8 @@ at::Tensor contiguousOrUndefined(const at::Tensor& t) {
 
 template <typename F>
 void launchKernel(c10::DeviceIndex device, const char* name, F&& body) {
-  launch(device, name, [body = std::forward<F>(body)]() mutable {
-    useDeviceWarningHandler();
-    c10::InferenceMode guard;  // device work records no autograd history
-    try {
-      body();
-    } catch (const c10::Error& e) {
-      throw std::runtime_error(e.what_without_backtrace());
-    }
-  });
+  launch(device, name,
+         [body = std::forward<F>(body)]() mutable { runOnDevice(body); });
 }
 
 }  // namespace

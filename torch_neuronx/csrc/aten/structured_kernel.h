@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "aten/cpu_alias.h"
-#include "aten/device_warnings.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
+#include "aten/run_on_device.h"
 #include "core/memory_history.h"
 #include "core/storage.h"
 #include "core/stream.h"
@@ -270,17 +270,6 @@ struct HeldWork final : neuron_rt::Task {
   void (*body)(HeldWork&) = nullptr;
   void run() override { body(*this); }
 };
-
-template <typename F>
-void runOnDevice(F&& f) {
-  useDeviceWarningHandler();
-  c10::InferenceMode guard;  // device work records no autograd history
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    throw std::runtime_error(e.what_without_backtrace());
-  }
-}
 
 template <auto MetaFn, auto CpuOutFn, const char* Name,
           typename Sig = decltype(MetaFn)>

@@ -79,27 +79,31 @@ bool launchBlocking() {
   return blocking;
 }
 
-void launchOn(const c10::Stream& stream, const char* label,
-              std::function<void()> fn, neuron_rt::ItemKind kind) {
+namespace {
+
+// `work`: a function or a Task.
+template <typename Work>
+void enqueueOn(const c10::Stream& stream, const char* label, Work work,
+               neuron_rt::ItemKind kind) {
   neuron_rt::Stream& s = runtimeStream(stream);
   releaseThreadComputePool();
-  uint64_t seq = s.enqueue(label, std::move(fn), kind);
+  uint64_t seq = s.enqueue(label, std::move(work), kind);
   if (launchBlocking()) {
     s.waitFor(seq);
     raisePendingError(stream.device_index());
   }
 }
 
+}  // namespace
+
+void launchOn(const c10::Stream& stream, const char* label,
+              std::function<void()> fn, neuron_rt::ItemKind kind) {
+  enqueueOn(stream, label, std::move(fn), kind);
+}
+
 void launchTask(c10::DeviceIndex device, const char* label,
                 neuron_rt::TaskPtr task, neuron_rt::ItemKind kind) {
-  const c10::Stream stream = currentStream(device);
-  neuron_rt::Stream& s = runtimeStream(stream);
-  releaseThreadComputePool();
-  uint64_t seq = s.enqueue(label, std::move(task), kind);
-  if (launchBlocking()) {
-    s.waitFor(seq);
-    raisePendingError(device);
-  }
+  enqueueOn(currentStream(device), label, std::move(task), kind);
 }
 
 void launch(c10::DeviceIndex device, const char* label,
