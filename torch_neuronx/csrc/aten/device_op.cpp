@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +16,8 @@
 #include <unordered_set>
 
 #include "aten/cpu_alias.h"
+#include "aten/dtype_widening.h"
+#include "aten/ivalue_tensors.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
@@ -39,6 +42,8 @@ struct OpTraits {
   bool sync_explained = false;
   // Corrects a Meta kernel's dtypes where they follow CUDA, not CPU.
   void (*adjust_meta)(CachedMeta&, const std::vector<IValue>&) = nullptr;
+  // Dtypes computed in a wider dtype (dtype_widening.h).
+  uint64_t widen_mask = 0;
   std::atomic<uint32_t> noted{
       0};  // op-stats generation this op was last recorded in
   bool tensor_returns_only = true;
@@ -83,6 +88,7 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   OpTraits& t = *slot;
   t.name = schema.operator_name().name;
   t.meta_differs = metaDiffersFromCpu(t.name);
+  t.widen_mask = widenedDtypes(op);
   if (t.name == "aten::native_layer_norm")
     t.adjust_meta = &layerNormStatsInInputDtype;
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
@@ -113,42 +119,6 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   return t;
 }
 
-template <typename F>
-IValue mapTensors(const IValue& v, F&& f) {
-  if (v.isTensor()) return f(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
-    return out;
-  }
-  if (v.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-      out.push_back(t.has_value() && t->defined()
-                        ? std::optional<at::Tensor>(f(*t))
-                        : std::nullopt);
-    return out;
-  }
-  return v;
-}
-
-template <typename F>
-void forEachTensor(const IValue& v, F&& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) f(t);
-  } else if (v.isOptionalTensorList()) {
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-      if (t.has_value()) f(*t);
-  }
-}
-
-IValue mapDevice(const IValue& v, c10::Device to) {
-  if (v.isDevice() && v.toDevice().type() == PrivateUse1) return IValue(to);
-  return v;
-}
-
 // A view of the device tensor `base` with the geometry the Meta kernel gave.
 at::Tensor viewOf(const at::Tensor& base, const TensorMeta& m) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(
@@ -177,14 +147,6 @@ TensorMeta describe(const at::Tensor& m,
       break;
     }
   return d;
-}
-
-// Tensor arguments in order, lists flattened.
-std::vector<at::Tensor> flatTensors(const std::vector<IValue>& args) {
-  std::vector<at::Tensor> out;
-  for (const IValue& v : args)
-    forEachTensor(v, [&](const at::Tensor& t) { out.push_back(t); });
-  return out;
 }
 
 // A CPU generator for this launch, drawn from the neuron generator (or the
@@ -344,6 +306,19 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     });
   }
   noteExecutedOnce(traits.name.c_str(), traits.noted);
+
+  if (traits.widen_mask != 0) {
+    bool widen = false;
+    for (const IValue& v : args)
+      forEachTensor(v, [&](const at::Tensor& t) {
+        widen |= needsWidening(traits.widen_mask, t);
+      });
+    if (widen) {
+      std::copy(args.begin(), args.end(), stack->end() - nargs);
+      runWidened(op, traits.widen_mask, stack);
+      return;
+    }
+  }
 
   if (traits.meta_missing || traits.meta_differs ||
       !traits.tensor_returns_only) {

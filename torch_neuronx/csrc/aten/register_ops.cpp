@@ -14,6 +14,7 @@
 #include "aten/copy.h"
 #include "aten/device_op.h"
 #include "aten/dropout.h"
+#include "aten/histc.h"
 #include "aten/layer_norm.h"
 #include "aten/tensor_metadata.h"
 
@@ -65,6 +66,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_backward_overrideable",
          torch::CppFunction::makeFromBoxedFunction<
              &convolutionBackwardOverrideable>());
+  // Integer inputs, which CUDA takes and the CPU kernel does not.
+  m.impl("histc", TORCH_FN(histcOp));
+  m.impl("histc.out", TORCH_FN(histcOut));
   // Random ops with no generator argument: they draw from the neuron one.
   m.impl("native_dropout", TORCH_FN(nativeDropout));
   // ATen's CPU layer-norm kernels straight into device memory.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "aten/cpu_alias.h"
+#include "aten/dtype_widening.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
@@ -199,6 +200,42 @@ struct Arg<std::optional<c10::string_view>> {
 template <typename T>
 using ArgOf = Arg<std::decay_t<T>>;
 
+// ---- dtypes the CPU kernel lacks (dtype_widening.h)
+
+template <typename T>
+bool widens(uint64_t, const T&) {
+  return false;
+}
+inline bool widens(uint64_t mask, const at::Tensor& t) {
+  return needsWidening(mask, t);
+}
+inline bool widens(uint64_t mask, const std::optional<at::Tensor>& t) {
+  return t && needsWidening(mask, *t);
+}
+inline bool widens(uint64_t mask, const at::ITensorListRef& l) {
+  for (const at::Tensor& t : l)
+    if (needsWidening(mask, t)) return true;
+  return false;
+}
+
+// The op behind a kernel and the dtypes it widens, found on first use.
+template <const char* Name>
+struct Widening {
+  c10::OperatorHandle op = operatorNamed(Name);
+  uint64_t mask = widenedDtypes(op);
+  static const Widening& get() {
+    static const Widening w;
+    return w;
+  }
+  // Runs the op widened (boxed); the stack is left holding its returns.
+  template <typename... Args>
+  static torch::jit::Stack run(Args... args) {
+    torch::jit::Stack s = c10::impl::boxArgs<Args...>(args...);
+    runWidened(get().op, get().mask, &s);
+    return s;
+  }
+};
+
 // ---- outputs: a Tensor or a tuple of Tensors
 
 inline at::Tensor allocLike(const at::Tensor& m, c10::DeviceIndex device) {
@@ -281,6 +318,10 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
   static Ret call(Args... args) {
     static std::atomic<uint32_t> noted{0};
     noteExecutedOnce(Name, noted);
+    if (const uint64_t m = Widening<Name>::get().mask; (widens(m, args) || ...)) {
+      torch::jit::Stack s = Widening<Name>::template run<Args...>(args...);
+      return c10::impl::PopResult<Ret>::call(s);
+    }
     AllocLabel label(Name);  // tags the output blocks for snapshots
     DeviceCheck dc;
     (ArgOf<Args>::check(dc, args), ...);
@@ -342,6 +383,11 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
     noteExecutedOnce(Name, noted);
     TORCH_CHECK(isNeuron(self), Name, ": the tensor written to is on ",
                 self.device(), ", not on a neuron device");
+    if (const uint64_t m = Widening<Name>::get().mask;
+        widens(m, self) || (widens(m, rest) || ...)) {
+      Widening<Name>::template run<at::Tensor&, Rest...>(self, rest...);
+      return self;
+    }
     DeviceCheck dc;
     dc.tensor(self);
     (ArgOf<Rest>::check(dc, rest), ...);
