@@ -75,6 +75,16 @@ void layerNormStatsInInputDtype(CachedMeta& m,
     for (TensorMeta& t : m.returns[i]) t.dtype = dtype;
 }
 
+// The margin losses without reduction return a 0-dim loss for a 0-dim or
+// 1-dim input on CPU (and CUDA); their Meta kernel says [1].
+void marginLossUnreducedShape(CachedMeta& m, const std::vector<IValue>& args) {
+  const int64_t reduction = args.back().toInt();
+  if (reduction != 0 || args[0].toTensor().dim() > 1) return;
+  TensorMeta& loss = m.returns.at(0).at(0);
+  loss.sizes.clear();
+  loss.strides.clear();
+}
+
 std::mutex g_traits_mu;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpTraits>>
     g_traits;
@@ -91,6 +101,9 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   t.widen_mask = widenedDtypes(op);
   if (t.name == "aten::native_layer_norm")
     t.adjust_meta = &layerNormStatsInInputDtype;
+  if (t.name == "aten::multi_margin_loss" ||
+      t.name == "aten::multilabel_margin_loss_forward")
+    t.adjust_meta = &marginLossUnreducedShape;
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
   const auto& args = schema.arguments();
   for (const auto& a : args) t.arg_is_out.push_back(a.is_out());
@@ -210,6 +223,39 @@ void explainSynchronous(OpTraits& traits, const char* why) {
                traits.name.c_str(), why);
 }
 
+// Neuron tensors are dense and strided. An op whose result would have
+// another layout (to_sparse, to_mkldnn, ...) is refused at the call, before
+// anything is written, rather than handing back a dense tensor.
+const char* pythonLayoutName(c10::Layout layout) {
+  switch (layout) {
+    case c10::kSparse:
+      return "torch.sparse_coo";
+    case c10::kSparseCsr:
+      return "torch.sparse_csr";
+    case c10::kSparseCsc:
+      return "torch.sparse_csc";
+    case c10::kSparseBsr:
+      return "torch.sparse_bsr";
+    case c10::kSparseBsc:
+      return "torch.sparse_bsc";
+    case c10::kMkldnn:
+      return "torch._mkldnn";
+    case c10::kJagged:
+      return "torch.jagged";
+    default:
+      return "a non-strided layout";
+  }
+}
+
+void checkStridedResult(const OpTraits& traits, c10::Layout layout) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      layout == c10::kStrided, traits.name, " would return a tensor with layout ",
+      pythonLayoutName(layout),
+      " on neuron, but neuron tensors support only the strided (dense) "
+      "layout. Sparse, mkldnn and other layouts are not supported on neuron; "
+      "convert on the CPU instead (e.g. t.cpu().to_sparse()).");
+}
+
 // Synchronous path: runs the CPU kernel in a work item, waits, and places
 // the results in device memory.
 void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
@@ -228,6 +274,10 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   auto copies =
       std::make_shared<std::vector<std::pair<at::Tensor, at::Tensor>>>();
   AliasSet out_aliases;
+  for (size_t i = 0; i < nret; ++i)
+    forEachTensor(results[i], [&](const at::Tensor& r) {
+      if (r.defined()) checkStridedResult(traits, r.layout());
+    });
   auto place = [&](const at::Tensor& cpu_result) -> at::Tensor {
     if (!cpu_result.defined()) return cpu_result;
     at::Tensor out =
@@ -361,6 +411,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     for (size_t i = 0; i < nret; ++i) {
       std::vector<TensorMeta> r;
       forEachTensor(meta_stack[i], [&](const at::Tensor& t) {
+        if (t.defined()) checkStridedResult(traits, t.layout());
         r.push_back(describe(t, meta_inputs));
       });
       computed.returns.push_back(std::move(r));
