@@ -35,7 +35,7 @@ def _tol(dtype: torch.dtype) -> dict:
 def test_available_and_default_dtype_is_bfloat16():
     assert torch.amp.is_autocast_available(DEV)
     assert torch.get_autocast_dtype(DEV) == BF16
-    assert torch.neuron.get_amp_supported_dtype() == [BF16, F16]
+    assert torch.neuron.get_amp_supported_dtype() == [F16, BF16]
     with torch.autocast(DEV) as ac:
         assert ac.fast_dtype == BF16
         assert torch.is_autocast_enabled(DEV)
@@ -307,7 +307,7 @@ def test_unsupported_dtype_warns_and_disables(dtype):
         ctx = torch.autocast(DEV, dtype=dtype)
     msg = str(rec[0].message)
     assert "In neuron autocast, but the target dtype is not supported" in msg
-    assert "torch.bfloat16, torch.float16" in msg
+    assert "torch.float16, torch.bfloat16" in msg
     with ctx:
         assert not torch.is_autocast_enabled(DEV)
         assert (a @ a).dtype == F32

@@ -17,7 +17,10 @@ CONVERSIONS = {
     "to_sparse_csr": (lambda x: x.to_sparse_csr(), "torch.sparse_csr"),
     "to_sparse_csc": (lambda x: x.to_sparse_csc(), "torch.sparse_csc"),
     "to_sparse_bsr": (lambda x: x.to_sparse_bsr((1, 1)), "torch.sparse_bsr"),
-    "to_sparse_bsc": (lambda x: x.to_sparse(layout=torch.sparse_bsc, blocksize=(1, 1)), "torch.sparse_bsc"),
+    "to_sparse_bsc": (
+        lambda x: x.to_sparse(layout=torch.sparse_bsc, blocksize=(1, 1)),
+        "torch.sparse_bsc",
+    ),
     "to_mkldnn": (lambda x: x.to_mkldnn(), "torch._mkldnn"),
 }
 

@@ -8,6 +8,7 @@ first use, not at import.
 """
 
 import atexit
+import sys
 
 
 def _autoload() -> None:
@@ -26,9 +27,27 @@ torch.utils.rename_privateuse1_backend("neuron")
 from . import _C, device_module  # noqa: E402
 from .device_module import *  # noqa: E402,F401,F403
 from .device_module import __all__ as _device_api  # noqa: E402
-from .op_stats import clear_op_stats, get_executed_ops, get_fallback_ops  # noqa: E402
+from .op_stats import (  # noqa: E402
+    _track_from_env,  # noqa: E402
+    clear_op_stats,
+    clear_op_tracking,
+    get_executed_ops,
+    get_fallback_ops,
+)
+
+_track_from_env()
 
 torch._register_device_module("neuron", device_module)
+
+# TorchNeuron's spelling: torch_neuronx.neuron is the device module itself. The
+# sys.modules entries make `import torch.neuron.memory` (as `import
+# torch.cuda.memory`) and `import torch_neuronx.neuron` work: the device module
+# is a plain module, not a package, so the import system cannot find them.
+neuron = device_module
+sys.modules[f"{__name__}.neuron"] = device_module
+for _parent in ("torch.neuron", f"{__name__}.neuron"):
+    sys.modules[f"{_parent}.memory"] = device_module.memory
+del _parent
 
 # Sending a neuron tensor to another process raises a clear error (after
 # torch.multiprocessing, imported by torch, registered its own reducers).
@@ -62,5 +81,11 @@ def _drain_at_exit() -> None:
 
 atexit.register(_drain_at_exit)
 
-__all__ = list(_device_api) + ["get_executed_ops", "get_fallback_ops", "clear_op_stats"]
+__all__ = list(_device_api) + [
+    "clear_op_stats",
+    "clear_op_tracking",
+    "get_executed_ops",
+    "get_fallback_ops",
+    "neuron",
+]
 __version__ = "0.1.0"

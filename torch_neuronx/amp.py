@@ -18,7 +18,7 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
     torch.autocast looks this function up on the device module; any other dtype
     makes it warn and disable autocast, as it does for the CPU and other devices.
     """
-    return [torch.bfloat16, torch.float16]
+    return [torch.float16, torch.bfloat16]  # TorchNeuron's list, in CUDA's order
 
 
 def _set_default_autocast_dtype() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,20 +13,82 @@ from . import _C
 
 _DeviceLike = torch.device | str | int | None
 
+# "neuron:<i>" is read here, not by torch.device: torch stores an 8-bit index
+# and calls "neuron:300" an unparsable string rather than a missing device.
+_INDEXED_NAME = re.compile(r"neuron:(-?\d+)")
 
-def _index(device: _DeviceLike = None, optional: bool = True) -> int:
-    """Device index of ``device`` (None means the current device)."""
-    if device is None:
+
+def _parse_index(obj: Any) -> int:
+    """The index ``obj`` names, not yet checked against the visible devices.
+
+    Accepts what torch.cuda accepts: None or an index-less ``"neuron"`` (the
+    current device), an int, ``"neuron:<i>"``, a torch.device and a
+    :class:`device` context manager. bool is refused although it is an int:
+    ``set_device(True)`` is a bug, not a request for neuron:1.
+    """
+    if obj is None:
         return current_device()
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != "neuron":
-            raise ValueError(f"Expected a neuron device, but got: {device}")
-        return current_device() if device.index is None else device.index
-    if isinstance(device, int):
-        return device
-    raise TypeError(f"Expected a neuron device or index, got {type(device).__name__}")
+    if isinstance(obj, bool):
+        raise TypeError(f"Expected a neuron device or device index, got bool ({obj})")
+    if isinstance(obj, int):
+        return obj
+    if isinstance(obj, str):
+        if m := _INDEXED_NAME.fullmatch(obj):
+            return int(m.group(1))
+        obj = _parse_device_string(obj)
+    if isinstance(obj, torch.device):
+        if obj.type != "neuron":
+            raise ValueError(f"Expected a neuron device, but got: {obj}")
+        return current_device() if obj.index is None else obj.index
+    if isinstance(obj, device):
+        return obj.idx
+    if hasattr(type(obj), "__index__"):  # numpy integers, 0-d integer tensors
+        return operator.index(obj)
+    raise TypeError(
+        "Expected a neuron device (an int, 'neuron:<index>' or a torch.device), "
+        f"got {type(obj).__name__}"
+    )
+
+
+def _parse_device_string(name: str) -> torch.device:
+    try:
+        return torch.device(name)
+    except RuntimeError as e:
+        # torch's own message lists every device type but 'neuron' (it says
+        # 'privateuseone'): say what a neuron device string looks like.
+        raise RuntimeError(
+            f"Invalid device string {name!r}: expected 'neuron' or 'neuron:<index>'"
+        ) from e
+
+
+def _check_index(idx: int) -> None:
+    """IndexError naming the valid range unless ``idx`` is a visible device.
+
+    Python checks the range before any ``_C`` call: the bindings take a C int
+    (a larger index is pybind's "incompatible function arguments") and narrow it
+    to c10's 8-bit DeviceIndex (neuron:256 would silently be neuron:0).
+    """
+    count = _C._device_count()
+    if 0 <= idx < count:
+        return
+    if count == 0:
+        where = "there are no visible neuron devices ("
+    elif count == 1:
+        where = "there is 1 visible neuron device (valid index: 0; "
+    else:
+        where = f"there are {count} visible neuron devices (valid indices are 0..{count - 1}; "
+    raise IndexError(f"Invalid device index neuron:{idx}: {where}see NEURON_RT_VISIBLE_CORES)")
+
+
+def _index(device: Any = None) -> int:
+    """Index of the visible neuron device ``device`` names (None: the current one).
+
+    TypeError if ``device`` cannot name a device, ValueError if it names another
+    device type, IndexError if the index is not a visible neuron device.
+    """
+    idx = _parse_index(device)
+    _check_index(idx)
+    return idx
 
 
 def _lazy_init() -> None:
@@ -62,17 +126,32 @@ def current_device() -> int:
     return _C._get_device()
 
 
+def _index_or_none(obj: Any) -> int:
+    """Like :func:`_index`, but the int -1 means "no device" and is returned as is.
+
+    CUDA's convention: ``get_device()`` of a CPU tensor is -1, and
+    ``set_device(-1)`` / ``device(-1)`` do nothing. Other negative indices are errors.
+    """
+    if type(obj) is int and obj == -1:
+        return -1
+    return _index(obj)
+
+
 def set_device(device: _DeviceLike) -> None:
-    idx = _index(device)
+    """Makes ``device`` current; -1 is a no-op (as on CUDA)."""
+    if device is None:
+        # As torch.cuda.set_device(None): None is not "the current device" here.
+        raise ValueError("set_device() needs a neuron device or index, got None")
+    idx = _index_or_none(device)
     if idx >= 0:
         _C._set_device(idx)
 
 
 class device:
-    """Context manager that makes ``device`` current (a negative index is a no-op)."""
+    """Context manager that makes ``device`` current (None or -1: a no-op, as on CUDA)."""
 
     def __init__(self, device: Any) -> None:
-        self.idx = -1 if device is None else _index(device)
+        self.idx = -1 if device is None else _index_or_none(device)
         self.prev_idx = -1
 
     def __enter__(self) -> None:
@@ -85,9 +164,14 @@ class device:
 
 
 class device_of(device):
-    """Context manager that makes the device of ``obj`` (a neuron tensor) current."""
+    """Context manager that makes the device of ``obj`` (a tensor or storage) current.
+
+    A no-op for an object on another device, as ``torch.cuda.device_of``.
+    """
 
     def __init__(self, obj: torch.Tensor) -> None:
+        if not isinstance(getattr(obj, "device", None), torch.device):
+            raise TypeError(f"device_of() expects a tensor or storage, got {type(obj).__name__}")
         super().__init__(obj.get_device() if obj.device.type == "neuron" else -1)
 
 
@@ -125,8 +209,9 @@ def get_device_capability(device: _DeviceLike = None) -> tuple[int, int]:
 
 def synchronize(device: _DeviceLike = None) -> None:
     """Waits for all work on ``device`` and raises any device error it hit."""
+    idx = _index(device)  # before _lazy_init: a bad index starts no runtime
     _lazy_init()
-    _C._synchronize(_index(device))
+    _C._synchronize(idx)
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:

@@ -19,30 +19,65 @@ def _ready() -> bool:
     return is_initialized()
 
 
-def memory_stats(device: _DeviceLike = None) -> OrderedDict[str, Any]:
-    """CUDA-style statistics ("allocated_bytes.all.current", ...) of one device."""
+def _stats(device: _DeviceLike) -> OrderedDict[str, Any]:
+    """CUDA's dotted statistics of one device (empty before the runtime starts)."""
     idx = _index(device)
     if not _ready():
         return OrderedDict()
     return torch.accelerator.memory_stats(idx)
 
 
+# TorchNeuron's flat names, derived from CUDA's keys: code written for the
+# vendor backend reads stats["allocated_bytes"]["peak"] or stats["num_ooms"].
+_FLAT_CURRENT_PEAK = ("allocated_bytes", "reserved_bytes", "active_bytes")
+_FLAT_COUNTS = {
+    "num_alloc_retries": "num_alloc_retries",
+    "num_ooms": "num_ooms",
+    "num_tensor_frees": "allocation.all.freed",
+    "allocation_requests": "allocation.all.allocated",
+}
+
+
+def _add_flat_keys(stats: OrderedDict[str, Any]) -> OrderedDict[str, Any]:
+    flat: dict[str, Any] = {
+        name: {
+            "current": stats.get(f"{name}.all.current", 0),
+            "peak": stats.get(f"{name}.all.peak", 0),
+        }
+        for name in _FLAT_CURRENT_PEAK
+    }
+    flat.update({name: stats.get(key, 0) for name, key in _FLAT_COUNTS.items()})
+    return OrderedDict(sorted({**stats, **flat}.items()))
+
+
+def memory_stats(device: _DeviceLike = None) -> OrderedDict[str, Any]:
+    """Statistics of one device's caching allocator, sorted by key.
+
+    CUDA's keys ("allocated_bytes.all.current", "num_ooms", ...), plus TorchNeuron's
+    flat ones: "allocated_bytes", "reserved_bytes" and "active_bytes" (each a dict
+    with "current" and "peak"), "num_alloc_retries", "num_ooms", "num_tensor_frees"
+    and "allocation_requests". Empty, as on CUDA, before the runtime has started.
+    """
+    stats = _stats(device)
+    return _add_flat_keys(stats) if stats else stats
+
+
 def memory_allocated(device: _DeviceLike = None) -> int:
     """Bytes of device memory occupied by tensors."""
-    return memory_stats(device).get("allocated_bytes.all.current", 0)
+    return _stats(device).get("allocated_bytes.all.current", 0)
 
 
 def max_memory_allocated(device: _DeviceLike = None) -> int:
-    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+    return _stats(device).get("allocated_bytes.all.peak", 0)
 
 
 def memory_reserved(device: _DeviceLike = None) -> int:
     """Bytes held by the caching allocator (in use or cached)."""
-    return memory_stats(device).get("reserved_bytes.all.current", 0)
+    return _stats(device).get("reserved_bytes.all.current", 0)
 
 
 def max_memory_reserved(device: _DeviceLike = None) -> int:
-    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+    return _stats(device).get("reserved_bytes.all.peak", 0)
 
 
 def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
@@ -68,15 +103,6 @@ def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
     idx = _index(device)
     _lazy_init()
     return torch.accelerator.get_memory_info(idx)
-
-
-def _check_index(idx: int) -> None:
-    count = _C._device_count()
-    if not 0 <= idx < count:
-        raise IndexError(
-            f"Invalid device index neuron:{idx}: there are {count} visible neuron devices "
-            f"(valid indices are 0..{count - 1}; see NEURON_RT_VISIBLE_CORES)"
-        )
 
 
 def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
@@ -113,7 +139,7 @@ def _snapshot(device: _DeviceLike = None) -> dict[str, Any]:
     ``device`` is accepted for CUDA compatibility; all devices are included.
     """
     if device is not None:
-        _check_index(_index(device))
+        _index(device)  # validated only: every device is included
     if not _ready():
         return {"segments": [], "device_traces": []}
     return _C._memory_snapshot()
@@ -148,7 +174,7 @@ def _record_memory_history(
     if not isinstance(max_entries, int) or max_entries < 0:
         raise ValueError(f"max_entries must be a non-negative int, got {max_entries!r}")
     if device is not None:
-        _check_index(_index(device))
+        _index(device)  # validated only: recording covers every device
     on = enabled is not None
     trace_entries = min(max_entries, sys.maxsize) if enabled == "all" else 0
     _C._record_memory_history(on, on and context is not None, trace_entries)
@@ -192,7 +218,7 @@ def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str
     allocator has no ``max_split_size``, so its oversize rows stay at zero.
     """
     idx = _index(device)
-    stats = memory_stats(idx)
+    stats = _stats(idx)
     width = 78  # CUDA's 75, with room for the longer row names
     metrics = [
         ("allocated_bytes", "Allocated memory", _format_size),

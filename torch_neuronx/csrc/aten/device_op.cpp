@@ -249,8 +249,8 @@ const char* pythonLayoutName(c10::Layout layout) {
 
 void checkStridedResult(const OpTraits& traits, c10::Layout layout) {
   TORCH_CHECK_NOT_IMPLEMENTED(
-      layout == c10::kStrided, traits.name, " would return a tensor with layout ",
-      pythonLayoutName(layout),
+      layout == c10::kStrided, traits.name,
+      " would return a tensor with layout ", pythonLayoutName(layout),
       " on neuron, but neuron tensors support only the strided (dense) "
       "layout. Sparse, mkldnn and other layouts are not supported on neuron; "
       "convert on the CPU instead (e.g. t.cpu().to_sparse()).");

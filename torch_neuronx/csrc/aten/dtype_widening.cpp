@@ -17,8 +17,11 @@ namespace {
 using c10::IValue;
 using c10::ScalarType;
 
-constexpr uint64_t bit(ScalarType t) { return uint64_t{1} << static_cast<int>(t); }
-constexpr uint64_t kHalfTypes = bit(ScalarType::Half) | bit(ScalarType::BFloat16);
+constexpr uint64_t bit(ScalarType t) {
+  return uint64_t{1} << static_cast<int>(t);
+}
+constexpr uint64_t kHalfTypes =
+    bit(ScalarType::Half) | bit(ScalarType::BFloat16);
 
 // Ops whose CPU kernel lacks dtypes CUDA's kernel takes (besides complex32,
 // which every computing op widens). `overload`: only that overload (and its
@@ -58,11 +61,22 @@ constexpr Rule kRules[] = {
 // Ops that only move or reinterpret data: the CPU handles every dtype there,
 // and widening would only cost a copy (or break a view).
 bool movesDataOnly(const std::string& base) {
-  static const char* const kOps[] = {
-      "copy_",   "_copy_from", "_copy_from_and_resize", "_to_copy",
-      "clone",   "fill_",      "zero_",                 "empty_like",
-      "resize_", "set_",       "_local_scalar_dense",   "_conj_physical",
-      "detach",  "alias",      "lift_fresh",            "_resize_output_"};
+  static const char* const kOps[] = {"copy_",
+                                     "_copy_from",
+                                     "_copy_from_and_resize",
+                                     "_to_copy",
+                                     "clone",
+                                     "fill_",
+                                     "zero_",
+                                     "empty_like",
+                                     "resize_",
+                                     "set_",
+                                     "_local_scalar_dense",
+                                     "_conj_physical",
+                                     "detach",
+                                     "alias",
+                                     "lift_fresh",
+                                     "_resize_output_"};
   for (const char* op : kOps)
     if (base == op) return true;
   return false;
@@ -115,8 +129,7 @@ int writtenArgOf(const c10::FunctionSchema& schema, size_t ret) {
   const auto& args = schema.arguments();
   for (size_t j = 0; j < args.size(); ++j) {
     const c10::AliasInfo* aj = args[j].alias_info();
-    if (aj && aj->beforeSets() == ai->beforeSets())
-      return static_cast<int>(j);
+    if (aj && aj->beforeSets() == ai->beforeSets()) return static_cast<int>(j);
   }
   return -1;
 }

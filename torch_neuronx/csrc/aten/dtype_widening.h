@@ -29,8 +29,7 @@ uint64_t widenedDtypes(const c10::OperatorHandle& op);
 c10::OperatorHandle operatorNamed(const char* name);
 
 inline bool needsWidening(uint64_t mask, const at::Tensor& t) {
-  return t.defined() &&
-         (mask >> static_cast<int>(t.scalar_type()) & 1) != 0;
+  return t.defined() && (mask >> static_cast<int>(t.scalar_type()) & 1) != 0;
 }
 
 // Runs `op` (arguments on the stack, as for a boxed kernel) with the tensors

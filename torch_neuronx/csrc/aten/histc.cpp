@@ -1,8 +1,8 @@
 #include "aten/histc.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/boxing/impl/boxing.h>
 #include <ATen/Dispatch.h>
+#include <ATen/core/boxing/impl/boxing.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 
@@ -24,8 +24,8 @@ namespace {
 // (v - lo) * bins / (hi - lo), the top edge belonging to the last bin);
 // values outside are not counted.
 template <typename T>
-void countInto(const at::Tensor& in, at::Tensor& out, int64_t bins,
-               int64_t lo, int64_t hi) {
+void countInto(const at::Tensor& in, at::Tensor& out, int64_t bins, int64_t lo,
+               int64_t hi) {
   std::vector<int64_t> counts(bins, 0);
   const at::Tensor flat = in.contiguous();
   const T* p = flat.const_data_ptr<T>();
@@ -45,10 +45,9 @@ void countInto(const at::Tensor& in, at::Tensor& out, int64_t bins,
 at::Tensor genericHistc(const at::Tensor& self, int64_t bins,
                         const at::Scalar& min, const at::Scalar& max) {
   static const c10::OperatorHandle op = operatorNamed("aten::histc");
-  torch::jit::Stack s = c10::impl::boxArgs<const at::Tensor&, int64_t,
-                                           const at::Scalar&,
-                                           const at::Scalar&>(self, bins, min,
-                                                              max);
+  torch::jit::Stack s =
+      c10::impl::boxArgs<const at::Tensor&, int64_t, const at::Scalar&,
+                         const at::Scalar&>(self, bins, min, max);
   deviceOpFallback(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &s);
   return s.back().toTensor();
 }
@@ -56,7 +55,7 @@ at::Tensor genericHistc(const at::Tensor& self, int64_t bins,
 }  // namespace
 
 at::Tensor histcOp(const at::Tensor& self, int64_t bins, const at::Scalar& min,
-                 const at::Scalar& max) {
+                   const at::Scalar& max) {
   if (!at::isIntegralType(self.scalar_type(), /*includeBool=*/false))
     return genericHistc(self, bins, min, max);
   static std::atomic<uint32_t> noted{0};

@@ -10,7 +10,7 @@
 namespace torch_neuronx {
 
 at::Tensor histcOp(const at::Tensor& self, int64_t bins, const at::Scalar& min,
-                 const at::Scalar& max);
+                   const at::Scalar& max);
 at::Tensor& histcOut(const at::Tensor& self, int64_t bins,
                      const at::Scalar& min, const at::Scalar& max,
                      at::Tensor& out);

@@ -52,7 +52,8 @@ inline c10::IValue mapDevice(const c10::IValue& v, c10::Device to) {
 }
 
 // Tensor arguments in order, lists flattened.
-inline std::vector<at::Tensor> flatTensors(const std::vector<c10::IValue>& args) {
+inline std::vector<at::Tensor> flatTensors(
+    const std::vector<c10::IValue>& args) {
   std::vector<at::Tensor> out;
   for (const c10::IValue& v : args)
     forEachTensor(v, [&](const at::Tensor& t) { out.push_back(t); });

@@ -1,5 +1,6 @@
 #include "aten/op_stats.h"
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -16,7 +17,48 @@ std::set<std::string> g_warned;
 // Starts at 1 so that a zero-initialised `seen` means "not yet recorded".
 std::atomic<uint32_t> g_generation{1};
 
+std::atomic<bool> g_tracking_calls{false};
+
+bool onNeuron(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().is_privateuseone();
+  if (v.isDevice()) return v.toDevice().type() == c10::DeviceType::PrivateUse1;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList())
+      if (t.defined() && t.is_privateuseone()) return true;
+  }
+  return false;
+}
+
+// Every operator call that reaches the dispatcher, composite ones included
+// (full, ones, clone, linear, ...): recorded when it has a neuron tensor or
+// the neuron device among its arguments.
+std::unique_ptr<at::ObserverContext> onOperatorCall(
+    const at::RecordFunction& fn) {
+  const auto op = fn.operator_name();
+  if (!op) return nullptr;
+  bool neuron = false;
+  for (const c10::IValue& v : fn.inputs())
+    if (onNeuron(v)) {
+      neuron = true;
+      break;
+    }
+  if (!neuron) return nullptr;
+  std::string name = op->name;
+  if (!op->overload_name.empty()) name += "." + op->overload_name;
+  noteExecuted(name);
+  return nullptr;
+}
+
 }  // namespace
+
+void trackOperatorCalls() {
+  if (g_tracking_calls.exchange(true)) return;
+  at::addGlobalCallback(at::RecordFunctionCallback(&onOperatorCall)
+                            .needsInputs(true)
+                            .scopes({at::RecordScope::FUNCTION}));
+}
+
+bool trackingOperatorCalls() { return g_tracking_calls.load(); }
 
 void noteExecuted(const std::string& op_name) {
   std::lock_guard<std::mutex> g(g_mu);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch_neuronx {
@@ -15,6 +16,27 @@ void noteExecuted(const std::string& op_name);
 void noteExecutedOnce(const char* op_name, std::atomic<uint32_t>& seen);
 // Records a host round-trip op; warns once per op.
 void noteFallback(const std::string& op_name, const std::string& why);
+
+// From now on, also records every operator the dispatcher sees called with
+// neuron tensors or the neuron device — composite ones (aten::full,
+// aten::clone, aten::linear, ...) that never reach a neuron kernel
+// themselves. Costs a RecordFunction per operator call, so it is on only
+// once asked for (torch_neuronx's op-tracking functions,
+// TORCH_NEURONX_OP_TRACKING=1).
+void trackOperatorCalls();
+bool trackingOperatorCalls();
+
+// A kernel of ours that records its op once per generation, then runs.
+template <const char* Name, auto Fn, typename Sig = decltype(Fn)>
+struct Noted;
+template <const char* Name, auto Fn, typename R, typename... A>
+struct Noted<Name, Fn, R (*)(A...)> {
+  static R call(A... a) {
+    static std::atomic<uint32_t> seen{0};
+    noteExecutedOnce(Name, seen);
+    return Fn(std::forward<A>(a)...);
+  }
+};
 
 std::vector<std::string> executedOps();
 std::vector<std::string> fallbackOps();

@@ -16,6 +16,7 @@
 #include "aten/dropout.h"
 #include "aten/histc.h"
 #include "aten/layer_norm.h"
+#include "aten/op_stats.h"
 #include "aten/tensor_metadata.h"
 
 namespace torch_neuronx {
@@ -40,6 +41,15 @@ at::Tensor& copyOp(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   return copyInto(self, src, non_blocking);
 }
 
+// Names of our own kernels, for get_executed_ops().
+constexpr char kEmpty[] = "aten::empty.memory_format";
+constexpr char kEmptyStrided[] = "aten::empty_strided";
+constexpr char kResize[] = "aten::resize_";
+constexpr char kCopy[] = "aten::copy_";
+constexpr char kCopyFrom[] = "aten::_copy_from";
+constexpr char kCopyFromAndResize[] = "aten::_copy_from_and_resize";
+constexpr char kLocalScalarDense[] = "aten::_local_scalar_dense";
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -57,6 +67,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // without its own kernel would get the composite (a decomposition with
   // different rounding, and many more ops); the device runs the CPU kernel.
   constexpr auto generic = &deviceOpFallback;
+  // The reduced losses' CPU out= kernel computes the unreduced loss into
+  // `out` first (resizing it, with a warning); their functional CPU kernel
+  // makes its own output.
+  for (const char* op : {"mse_loss", "smooth_l1_loss"})
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<generic>());
   for (const char* op : {"addr", "addr.out", "native_group_norm", "narrow_copy",
                          "pixel_shuffle", "pixel_unshuffle", "_stack",
                          "_stack.out", "linalg__powsum", "mode.values"})
@@ -80,9 +95,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          torch::CppFunction::makeFromBoxedFunction<generic>());
 #endif
   // Factories and metadata.
-  m.impl("empty.memory_format", TORCH_FN(emptyMemoryFormat));
-  m.impl("empty_strided", TORCH_FN(emptyStridedOp));
-  m.impl("resize_", TORCH_FN(resizeOp));
+  m.impl("empty.memory_format",
+         TORCH_FN((Noted<kEmpty, &emptyMemoryFormat>::call)));
+  m.impl("empty_strided",
+         TORCH_FN((Noted<kEmptyStrided, &emptyStridedOp>::call)));
+  m.impl("resize_", TORCH_FN((Noted<kResize, &resizeOp>::call)));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(setStorageOffset));
   m.impl("set_.source_Storage", TORCH_FN(setStorage));
   m.impl("set_.source_Tensor", TORCH_FN(setTensor));
@@ -97,10 +114,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
   m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   // Copies and host reads.
-  m.impl("copy_", TORCH_FN(copyOp));
-  m.impl("_copy_from", TORCH_FN(copyFrom));
-  m.impl("_copy_from_and_resize", TORCH_FN(copyFromAndResize));
-  m.impl("_local_scalar_dense", TORCH_FN(localScalarDense));
+  m.impl("copy_", TORCH_FN((Noted<kCopy, &copyOp>::call)));
+  m.impl("_copy_from", TORCH_FN((Noted<kCopyFrom, &copyFrom>::call)));
+  m.impl("_copy_from_and_resize",
+         TORCH_FN((Noted<kCopyFromAndResize, &copyFromAndResize>::call)));
+  m.impl("_local_scalar_dense",
+         TORCH_FN((Noted<kLocalScalarDense, &localScalarDense>::call)));
 }
 
 }  // namespace torch_neuronx

@@ -318,7 +318,8 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
   static Ret call(Args... args) {
     static std::atomic<uint32_t> noted{0};
     noteExecutedOnce(Name, noted);
-    if (const uint64_t m = Widening<Name>::get().mask; (widens(m, args) || ...)) {
+    if (const uint64_t m = Widening<Name>::get().mask;
+        (widens(m, args) || ...)) {
       torch::jit::Stack s = Widening<Name>::template run<Args...>(args...);
       return c10::impl::PopResult<Ret>::call(s);
     }

@@ -54,7 +54,8 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
     noteExecutedOnce(Name, noted);
     AllocLabel label(Name);
     const c10::DeviceIndex device = deviceOf(args...);
-    if (const uint64_t m = Widening<Name>::get().mask; (widens(m, args) || ...)) {
+    if (const uint64_t m = Widening<Name>::get().mask;
+        (widens(m, args) || ...)) {
       Widening<Name>::template run<Args...>(args...);
       return results(std::forward_as_tuple(args...));
     }

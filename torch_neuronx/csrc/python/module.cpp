@@ -120,6 +120,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_executed_ops", &executedOps);
   m.def("_get_fallback_ops", &fallbackOps);
   m.def("_clear_op_stats", &clearOpStats);
+  m.def("_track_operator_calls", &trackOperatorCalls);
+  m.def("_tracking_operator_calls", &trackingOperatorCalls);
   // Default generators of each device (the torch.neuron RNG functions).
   m.def("_manual_seed", [](int d, uint64_t seed) {
     at::Generator g = defaultGenerator(static_cast<c10::DeviceIndex>(d));
