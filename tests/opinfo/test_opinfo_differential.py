@@ -10,44 +10,69 @@ devices: the outputs written and the values returned must match, and the
 returned tensors must be the out= tensors themselves. A sample that raises on
 CPU is skipped; one that raises only on neuron is a failure. Skips and expected
 failures live in ``known_failures.py``.
+
+Results must match in shape, dtype and layout exactly, in values within tolerance,
+and, where the CPU result is dense and non-overlapping, in the strides of its
+dimensions longer than one (phase "strides": counted apart; ops whose strides
+legitimately differ are listed in ``known_failures.STRIDE_DIFFERENCES``).
+
+Phase "zero_dim": elementwise ops (unary/binary ufuncs), reductions and losses whose
+samples have no 0-d input (losses: none with reduction='none') also run samples
+derived from their first ones: every tensor 0-d, and for losses the first
+reduction='none' sample unbatched too (see ``zero_dim_samples``).
+
+The CUDA dtype parity ("dtypes") and error-input ("errors") phases live in
+``test_opinfo_dtypes.py`` and ``test_opinfo_errors.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import signal
-import traceback
 
 import pytest
 import torch
 from known_failures import (
-    EXPECTED_FAILURES,
     NOT_APPLICABLE,
     RANDOM_SAMPLES,
     SKIP,
-    TOLERANCES,
+    STRIDE_DIFFERENCES,
     VALUE_NOT_COMPARABLE,
 )
-from torch.testing._internal.common_methods_invocations import op_db
+from opinfo_common import (
+    DEVICE,
+    OPS,
+    SAMPLE_TIMEOUT_S,
+    Comparison,
+    Mismatch,
+    check_devices,
+    compare,
+    covering,
+    expected_failures,
+    flatten,
+    map_sample,
+    op_key,
+    run_op,
+    samples,
+    short_error,
+    time_limit,
+    to_cpu,
+    to_cpu_sample,
+    to_neuron_sample,
+    unused_xfails,
+)
+from torch.testing._internal.common_methods_invocations import (
+    binary_ufuncs,
+    reduction_ops,
+    unary_ufuncs,
+)
 from torch.testing._internal.opinfo.core import SampleInput
 
-DEVICE = "neuron"
 MAX_SAMPLES = 8
 MAX_OUT_SAMPLES = 2  # per op, in its first dtype
-SAMPLE_TIMEOUT_S = 30
+MAX_ZERO_DIM_SCAN = 64  # samples looked at for a 0-d one
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 BACKWARD_DTYPE = torch.float32
-# Looser than torch.testing's defaults for the half types, like OpInfo tests.
-DEFAULT_TOLERANCES = {
-    torch.float16: {"atol": 1e-3, "rtol": 1e-3},
-    torch.bfloat16: {"atol": 1e-2, "rtol": 1.6e-2},
-    torch.complex32: {"atol": 1e-3, "rtol": 1e-3},
-}
-
-
-def op_key(op) -> str:
-    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+SAMPLE_PHASES = ("forward", "backward", "out", "zero_dim")
 
 
 def dtypes_for(op) -> list[torch.dtype]:
@@ -61,184 +86,10 @@ def dtypes_for(op) -> list[torch.dtype]:
     return dtypes
 
 
-OPS = list(op_db)
-
-
-class SampleTimeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def time_limit(seconds: int):
-    def handler(signum, frame):
-        raise SampleTimeout(f"sample took longer than {seconds}s")
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-# ---------------------------------------------------------------- moving samples
-
-
-def to_neuron_tensor(t: torch.Tensor) -> torch.Tensor:
-    """A neuron copy of ``t`` with the same geometry over a storage of the same size."""
-    if t.layout != torch.strided or t.is_meta:
-        return t.to(DEVICE)
-    with torch.no_grad():
-        if t.is_contiguous() and t.storage_offset() == 0:
-            out = t.detach().to(DEVICE, copy=True)
-        else:
-            n = t.untyped_storage().nbytes() // t.element_size()
-            flat = t.detach().as_strided((n,), (1,), 0)
-            base = flat.to(DEVICE, copy=True)
-            out = base.as_strided(t.size(), t.stride(), t.storage_offset())
-    if t.requires_grad:
-        out.requires_grad_(True)
-    return out
-
-
-def to_neuron(x):
-    if isinstance(x, torch.Tensor):
-        return to_neuron_tensor(x)
-    if isinstance(x, torch.device) and x.type == "cpu":
-        return torch.device(DEVICE)
-    if isinstance(x, list):
-        return [to_neuron(v) for v in x]
-    if isinstance(x, tuple):
-        return tuple(to_neuron(v) for v in x)
-    if isinstance(x, dict):
-        return {k: to_neuron(v) for k, v in x.items()}
-    if isinstance(x, str) and x == "cpu":
-        return DEVICE  # a device argument
-    return x
-
-
-# Positional arguments that stay on the CPU, as they do on every device.
-CPU_ARGS = {
-    "tensor_split": (0,),  # tensor_indices_or_sections must be a CPU tensor
-}
-
-
-def to_neuron_sample(sample: SampleInput, key: str = "") -> SampleInput:
-    keep = CPU_ARGS.get(key, ())
-    args = tuple(a if i in keep else to_neuron(a) for i, a in enumerate(sample.args))
-    return SampleInput(
-        to_neuron(sample.input),
-        args=args,
-        kwargs=to_neuron(sample.kwargs),
-        output_process_fn_grad=sample.output_process_fn_grad,
-        broadcasts_input=sample.broadcasts_input,
-        name=sample.name,
-    )
-
-
-def flatten(x) -> list:
-    if isinstance(x, (list, tuple)):
-        return [y for v in x for y in flatten(v)]
-    if isinstance(x, dict):
-        return [y for v in x.values() for y in flatten(v)]
-    return [x]
-
-
-# ---------------------------------------------------------------- comparing
-
-
-class Mismatch(AssertionError):
-    pass
-
-
-def check_devices(x, where: str = "result") -> None:
-    if isinstance(x, torch.Tensor):
-        if x.device.type != DEVICE:
-            raise Mismatch(f"{where} is on {x.device}, expected {DEVICE}")
-    elif isinstance(x, (list, tuple)):
-        for i, v in enumerate(x):
-            check_devices(v, f"{where}[{i}]")
-
-
-def to_cpu(x):
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    if isinstance(x, (list, tuple)):
-        return [to_cpu(v) for v in x]
-    return x
-
-
-def tolerance(key: str, dtype: torch.dtype) -> dict[str, float]:
-    override = TOLERANCES.get(key)
-    if override and dtype in override.by_dtype:
-        return override.by_dtype[dtype]
-    return DEFAULT_TOLERANCES.get(dtype, {})
-
-
-def compare(actual, expected, values: bool, key: str = "", where: str = "result") -> None:
-    """``actual``: the neuron result (already on CPU); ``expected``: the CPU one."""
-    if isinstance(expected, torch.Tensor):
-        if not isinstance(actual, torch.Tensor):
-            raise Mismatch(f"{where}: got {type(actual).__name__}, expected a tensor")
-        if actual.shape != expected.shape or actual.dtype != expected.dtype:
-            raise Mismatch(
-                f"{where}: got {actual.dtype}{list(actual.shape)}, "
-                f"expected {expected.dtype}{list(expected.shape)}"
-            )
-        if actual.layout != expected.layout:
-            raise Mismatch(f"{where}: got layout {actual.layout}, expected {expected.layout}")
-        if not values:
-            return
-        try:
-            torch.testing.assert_close(
-                actual,
-                expected,
-                equal_nan=True,
-                check_device=False,
-                check_stride=False,
-                **tolerance(key, expected.dtype),
-            )
-        except AssertionError as e:
-            raise Mismatch(f"{where}: {e}") from None
-    elif isinstance(expected, (list, tuple)):
-        if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
-            raise Mismatch(f"{where}: got {actual!r:.200}, expected {expected!r:.200}")
-        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            compare(a, e, values, key, f"{where}[{i}]")
-    elif values and not (actual == expected or (actual != actual and expected != expected)):
-        raise Mismatch(f"{where}: got {actual!r:.200}, expected {expected!r:.200}")
-
-
-def short_error(e: BaseException) -> str:
-    if isinstance(e, Mismatch):
-        return str(e).strip()[:600]
-    lines = traceback.format_exception_only(type(e), e)
-    return "".join(lines).strip()[:600]
-
-
 # ---------------------------------------------------------------- running
 
 
-def samples(op, dtype: torch.dtype, requires_grad: bool):
-    torch.manual_seed(0)
-    it = iter(op.sample_inputs("cpu", dtype, requires_grad=requires_grad))
-    while True:
-        try:
-            with time_limit(SAMPLE_TIMEOUT_S):
-                s = next(it, None)
-        except Exception:
-            return  # a sample generator that fails on CPU is not ours to test
-        if s is None:
-            return
-        yield s
-
-
-def run_op(op, sample):
-    return op(sample.input, *sample.args, **sample.kwargs)
-
-
-def run_forward(op, key: str, sample, values: bool) -> str | None:
+def run_forward(op, key: str, sample, values: bool, seen: Comparison) -> str | None:
     """None if the sample matches, "skip" if CPU raises, else the failure message."""
     dev = to_neuron_sample(sample, key)  # before the CPU run: the op may write to its inputs
     try:
@@ -251,7 +102,7 @@ def run_forward(op, key: str, sample, values: bool) -> str | None:
             actual = run_op(op, dev)
             torch.neuron.synchronize()
             check_devices(actual)
-            compare(to_cpu(actual), to_cpu(expected), values, key)
+            compare(to_cpu(actual), to_cpu(expected), values, key, seen=seen)
     except Exception as e:
         return short_error(e)
     return None
@@ -266,7 +117,7 @@ def empty_like_result(x, device: str):
     return None
 
 
-def run_out(op, key: str, sample, values: bool) -> str | None:
+def run_out(op, key: str, sample, values: bool, seen: Comparison) -> str | None:
     """The op with out= tensors: None if it matches CPU, "skip" if CPU cannot run it."""
     dev = to_neuron_sample(sample, key)
     try:
@@ -283,7 +134,7 @@ def run_out(op, key: str, sample, values: bool) -> str | None:
             actual = op(dev.input, *dev.args, **dev.kwargs, out=out_dev)
             torch.neuron.synchronize()
             check_devices(out_dev, "out")
-            compare(to_cpu(out_dev), to_cpu(out_cpu), values, key, "out")
+            compare(to_cpu(out_dev), to_cpu(out_cpu), values, key, "out", seen)
             if expected is None:  # ops writing a list of outputs return nothing
                 if actual is not None:
                     raise Mismatch(f"returned: got {type(actual).__name__}, expected None")
@@ -298,16 +149,6 @@ def run_out(op, key: str, sample, values: bool) -> str | None:
     except Exception as e:
         return short_error(e)
     return None
-
-
-def to_cpu_sample(sample: SampleInput) -> SampleInput:
-    """A copy of the sample, so that probing the result's dtypes writes nothing shared."""
-    clone = lambda x: x.clone() if isinstance(x, torch.Tensor) else x  # noqa: E731
-    return SampleInput(
-        torch.utils._pytree.tree_map(clone, sample.input),
-        args=torch.utils._pytree.tree_map(clone, sample.args),
-        kwargs=torch.utils._pytree.tree_map(clone, sample.kwargs),
-    )
 
 
 def grad_inputs(sample) -> list[torch.Tensor]:
@@ -342,7 +183,7 @@ def backward(op, sample, cotangents=None):
     return grads, cotangents
 
 
-def run_backward(op, key: str, sample) -> str | None:
+def run_backward(op, key: str, sample, seen: Comparison) -> str | None:
     dev = to_neuron_sample(sample, key)
     try:
         with time_limit(SAMPLE_TIMEOUT_S):
@@ -360,10 +201,98 @@ def run_backward(op, key: str, sample) -> str | None:
                 if (a is None) != (e is None):
                     raise Mismatch(f"grad[{i}]: got {a is None and 'None'}, expected {e}")
                 if e is not None:
-                    compare(a.cpu(), e, True, key, f"grad[{i}]")
+                    compare(a.cpu(), e, True, key, f"grad[{i}]", seen)
     except Exception as e:
         return short_error(e)
     return None
+
+
+# ---------------------------------------------------------------- 0-d samples
+
+UNARY_UFUNCS = {op_key(op) for op in unary_ufuncs}
+BINARY_UFUNCS = {op_key(op) for op in binary_ufuncs}
+REDUCTIONS = {op_key(op) for op in reduction_ops}
+LOSSES = {
+    op_key(op)
+    for op in OPS
+    if op.name.startswith("nn.functional.")
+    and (
+        op.name.endswith("_loss")
+        or op.name.removeprefix("nn.functional.")
+        in ("kl_div", "cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits")
+    )
+}
+
+
+def zero_dim_kind(key: str) -> str | None:
+    if key in UNARY_UFUNCS or key in BINARY_UFUNCS:
+        return "elementwise"
+    if key in REDUCTIONS:
+        return "reduction"
+    if key in LOSSES:
+        return "loss"
+    return None
+
+
+def scalar_of(t: torch.Tensor, zero: bool = False) -> torch.Tensor:
+    """A 0-d tensor: the first element of ``t`` (or 0), same dtype."""
+    with torch.no_grad():
+        if zero or t.numel() == 0:
+            return torch.zeros((), dtype=t.dtype)
+        return t.detach().reshape(-1)[0].clone()
+
+
+def unbatched(t: torch.Tensor) -> torch.Tensor:
+    return t.detach()[0].clone() if t.dim() > 0 and t.shape[0] > 0 else t
+
+
+def has_zero_dim_sample(op, dtype: torch.dtype, loss: bool) -> bool:
+    """Whether the op's samples have a 0-d input (for losses: with reduction='none')."""
+    return any(
+        isinstance(s.input, torch.Tensor)
+        and s.input.dim() == 0
+        and (not loss or s.kwargs.get("reduction") == "none")
+        for s in itertools.islice(samples(op, dtype, False), MAX_ZERO_DIM_SCAN)
+    )
+
+
+def zero_dim_samples(op, key: str, dtype: torch.dtype) -> list[SampleInput]:
+    """Samples derived from the op's first ones, for ops whose samples have no 0-d input.
+
+    Elementwise ops: every tensor 0-d (binary ops also: a 0-d input with the other
+    operands as they were). Reductions: a 0-d input alone and with the first sample's
+    arguments. Losses (reduction='none'): every tensor 0-d (integer targets 0, valid
+    for any class count), and the first sample unbatched (every tensor's first row).
+    """
+    kind = zero_dim_kind(key)
+    if kind is None or has_zero_dim_sample(op, dtype, kind == "loss"):
+        return []
+    found = list(itertools.islice(samples(op, dtype, False), MAX_SAMPLES))
+    if not found or not isinstance(found[0].input, torch.Tensor):
+        return []
+    first = found[0]
+    if kind == "elementwise":
+        out = [map_sample(first, scalar_of)]
+        if key in BINARY_UFUNCS:
+            out.append(SampleInput(scalar_of(first.input), args=first.args, kwargs=first.kwargs))
+        return out
+    if kind == "reduction":
+        return [SampleInput(scalar_of(first.input)), map_sample(first, scalar_of)]
+    none = [s for s in found if s.kwargs.get("reduction") == "none"]
+    some = none[0] if none else first
+    base = SampleInput(some.input, args=some.args, kwargs={**some.kwargs, "reduction": "none"})
+
+    def zero_d(t: torch.Tensor) -> torch.Tensor:
+        integer_target = t is not base.input and not (t.is_floating_point() or t.is_complex())
+        return scalar_of(t, zero=integer_target)
+
+    out = [map_sample(base, zero_d)]
+    if base.input.dim() >= 2:
+        out.append(map_sample(base, unbatched))
+    return out
+
+
+# ---------------------------------------------------------------- the test
 
 
 @pytest.mark.parametrize("op", OPS, ids=[op_key(op) for op in OPS])
@@ -385,29 +314,43 @@ def test_differential(op, differential_results):
     def comparable(sample) -> bool:
         return values and not (random_samples and random_samples.is_random(sample))
 
-    xfail = EXPECTED_FAILURES.get(key)
+    xfails = expected_failures(key)
 
     failures: list[tuple[str, torch.dtype, str]] = []  # (phase, dtype, message)
 
-    def record(phase: str, dtype: torch.dtype, outcome: str | None) -> None:
+    def record(phase: str, dtype: torch.dtype, outcome: str | None, seen: Comparison) -> None:
         if outcome is None:
             result.passed[phase] += 1
         elif outcome == "skip":
             result.skipped[phase] += 1
         else:
             result.failed[phase] += 1
-            if xfail and xfail.covers(phase, dtype):
+            if covering(xfails, phase, dtype):
                 result.expected[phase] += 1
             failures.append((phase, dtype, outcome))
+            result.failures.append((phase, dtype, outcome))
+        result.strides_compared += seen.strides_compared
+        for where, got, want, shape in seen.stride_mismatches:
+            msg = f"{phase} {where} {shape}: strides {list(got)}, CPU {list(want)}"
+            result.stride_mismatches.append(msg)
+            if key not in STRIDE_DIFFERENCES:
+                failures.append(("strides", dtype, msg))
+
+    def run(phase: str, dtype: torch.dtype, fn, *args) -> None:
+        seen = Comparison()
+        record(phase, dtype, fn(*args, seen), seen)
 
     for dtype in dtypes:
         for sample in itertools.islice(samples(op, dtype, False), MAX_SAMPLES):
-            record("forward", dtype, run_forward(op, key, sample, comparable(sample)))
+            run("forward", dtype, run_forward, op, key, sample, comparable(sample))
+
+    for sample in zero_dim_samples(op, key, dtypes[0]):
+        run("zero_dim", dtypes[0], run_forward, op, key, sample, comparable(sample))
 
     if op.supports_out:
         out_dtype = dtypes[0]
         for sample in itertools.islice(samples(op, out_dtype, False), MAX_OUT_SAMPLES):
-            record("out", out_dtype, run_out(op, key, sample, comparable(sample)))
+            run("out", out_dtype, run_out, op, key, sample, comparable(sample))
 
     if (
         values
@@ -417,17 +360,28 @@ def test_differential(op, differential_results):
     ):
         for sample in itertools.islice(samples(op, BACKWARD_DTYPE, True), MAX_SAMPLES):
             if comparable(sample):
-                record("backward", BACKWARD_DTYPE, run_backward(op, key, sample))
+                run("backward", BACKWARD_DTYPE, run_backward, op, key, sample)
             else:
-                record("backward", BACKWARD_DTYPE, "skip")
+                record("backward", BACKWARD_DTYPE, "skip", Comparison())
 
-    unexpected = [f for f in failures if not (xfail and xfail.covers(f[0], f[1]))]
+    phases = (*SAMPLE_PHASES, "strides")
+    unexpected = [f for f in failures if not covering(xfails, f[0], f[1])]
     if unexpected:
         lines = [f"{phase} {dtype}: {msg}" for phase, dtype, msg in unexpected[:4]]
         pytest.fail(f"{len(unexpected)} failing sample(s):\n" + "\n".join(lines), pytrace=False)
-    if xfail:
-        if failures:
-            pytest.xfail(xfail.reason)
-        pytest.fail(f"XPASS: remove {key!r} from known_failures.EXPECTED_FAILURES", pytrace=False)
+    unused = unused_xfails(xfails, phases, failures)
+    if unused:
+        scopes = ", ".join("+".join(x.phases) for x in unused)
+        pytest.fail(
+            f"XPASS: {key!r} passes [{scopes}]: remove it from known_failures.EXPECTED_FAILURES",
+            pytrace=False,
+        )
+    if key in STRIDE_DIFFERENCES and not result.stride_mismatches:
+        pytest.fail(
+            f"XPASS: {key!r} strides match: remove it from known_failures.STRIDE_DIFFERENCES",
+            pytrace=False,
+        )
+    if failures:
+        pytest.xfail("; ".join(sorted({covering(xfails, f[0], f[1]).reason for f in failures})))
     if result.passed["forward"] == 0:
         pytest.skip("no sample ran on CPU")

@@ -1,6 +1,7 @@
 #include "aten/copy.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <neuron_runtime/event.h>
 
@@ -44,6 +45,9 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
   if (self.numel() == 0) return self;
   TORCH_CHECK(self.device().is_cpu() || isNeuron(self),
               "copy_: unsupported destination device ", self.device());
+  // As CPU and CUDA do, at the call: an expanded destination would be
+  // written through several elements at once.
+  if (!self.is_same(src)) at::assert_no_internal_overlap(self);
   TORCH_CHECK(src.device().is_cpu() || isNeuron(src),
               "copy_: unsupported source device ", src.device());
   auto aliases = std::make_shared<AliasSet>();

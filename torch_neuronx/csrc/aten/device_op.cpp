@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 #include <unordered_set>
 
 #include "aten/cpu_alias.h"
+#include "aten/device_warnings.h"
 #include "aten/dtype_widening.h"
 #include "aten/ivalue_tensors.h"
 #include "aten/meta_cache.h"
@@ -264,8 +266,21 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   const auto& schema = op.schema();
   auto call = std::make_shared<CpuCall>(op);
   buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/true, traits);
-  launch(device, traits.name.c_str(), [call] { runCpu(*call); });
+  // The host waits anyway: an error of the kernel is raised here, as the
+  // exception the kernel threw (IndexError, ValueError, ...), not as a device
+  // error at a later sync — and the stream is not poisoned by it.
+  auto failure = std::make_shared<std::exception_ptr>();
+  launch(device, traits.name.c_str(), [call, failure] {
+    useDeviceWarningHandler();
+    c10::InferenceMode guard;
+    try {
+      call->op.callBoxed(call->args);
+    } catch (...) {
+      *failure = std::current_exception();
+    }
+  });
   synchronizeStream(currentStream(device));
+  if (*failure) std::rethrow_exception(*failure);
   torch::jit::Stack& results = call->args;
   const size_t nret = schema.returns().size();
   TORCH_INTERNAL_ASSERT(results.size() == nret);

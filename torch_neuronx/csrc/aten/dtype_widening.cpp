@@ -174,6 +174,14 @@ void runWidened(const c10::OperatorHandle& op, uint64_t mask,
   std::vector<IValue> args(stack->end() - static_cast<std::ptrdiff_t>(nargs),
                            stack->end());
   const auto narrow = returnDtypes(op, args);
+  // complex32 pairs with float16 (complex(real, imag), polar, view_as_real's
+  // inverse): widened together, they stay a matching pair.
+  for (const IValue& v : args)
+    forEachTensor(v, [&](const at::Tensor& t) {
+      if (t.defined() && t.scalar_type() == ScalarType::ComplexHalf &&
+          needsWidening(mask, t))
+        mask |= bit(ScalarType::Half);
+    });
 
   // The caller's tensors the op writes, with the wide tensors it writes to.
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
