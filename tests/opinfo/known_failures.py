@@ -221,13 +221,6 @@ EXPECTED_FAILURES: dict[str, XFail | tuple[XFail, ...]] = {
             "got scalar type Double for second argument' (and the Double/Float twin)"
         ),
     ),
-    "linalg.lu_solve": XFail(
-        "backend bug: complex linalg.lu_solve(..., left=False) returns conj(X): the CPU "
-        "kernel hands back its result as a conjugate view (conj bit set), which the neuron "
-        "output loses (real dtypes are unaffected)",
-        phases=("dtypes",),
-        dtypes=frozenset({torch.complex64, torch.complex128}),
-    ),
     # Error inputs.
     "bernoulli": errors(LATE + ": out= overlapping its input ('unsupported operation')"),
     "bucketize": errors(LATE + ": 'boundaries tensor must be 1 dimension'"),

@@ -363,13 +363,25 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
   static void run(Built& b, Work& w, std::index_sequence<I...>) {
     if constexpr (std::is_same_v<Ret, at::Tensor>) {
       CpuOutFn(b[w.out], ArgOf<Args>::pass(std::get<I>(w.args), b)...);
+      materializeBits(b[w.out]);
     } else {
       std::apply(
           [&](auto... o) {
             CpuOutFn(b[o]..., ArgOf<Args>::pass(std::get<I>(w.args), b)...);
+            (materializeBits(b[o]), ...);
           },
           w.out);
     }
+  }
+  // A CPU kernel may hand back its output as a conjugate (or negative) view
+  // of what it wrote — linalg_lu_solve(left=False) does. The device output
+  // has no such bit: write the values it stands for.
+  static void materializeBits(at::Tensor& out) {
+    if (!out.is_conj() && !out.is_neg()) return;
+    at::Tensor values = out.resolve_conj().resolve_neg();
+    out._set_conj(false);
+    out._set_neg(false);
+    out.copy_(values);
   }
 };
 
