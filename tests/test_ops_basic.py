@@ -490,3 +490,23 @@ def test_get_fallback_ops_is_a_list():
     ops = torch_neuronx.get_fallback_ops()
     assert isinstance(ops, list)
     assert all(isinstance(o, str) for o in ops)
+
+
+@pytest.mark.parametrize("use_out", [False, True])
+def test_kernel_leaving_a_conjugate_view_gives_the_values(use_out):
+    # The CPU kernel of linalg_lu_solve(left=False) hands back its output as a
+    # conjugate view; the device result must hold the values it stands for,
+    # for a fresh output and for an out= tensor alike.
+    torch.manual_seed(0)
+    a = torch.randn(3, 3, dtype=torch.complex64)
+    b = torch.randn(2, 3, dtype=torch.complex64)
+    lu, piv = torch.linalg.lu_factor(a)
+    expected = torch.linalg.lu_solve(lu, piv, b, left=False)
+    args = (lu.to("neuron"), piv.to("neuron"), b.to("neuron"))
+    if use_out:
+        out = torch.empty(0, dtype=torch.complex64, device="neuron")
+        torch.linalg.lu_solve(*args, left=False, out=out)
+    else:
+        out = torch.linalg.lu_solve(*args, left=False)
+    assert not out.is_conj()
+    torch.testing.assert_close(out.cpu(), expected.resolve_conj())

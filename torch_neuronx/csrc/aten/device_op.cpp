@@ -17,13 +17,13 @@
 #include <unordered_set>
 
 #include "aten/cpu_alias.h"
-#include "aten/device_warnings.h"
 #include "aten/dtype_widening.h"
 #include "aten/ivalue_tensors.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
 #include "aten/run_on_device.h"
+#include "aten/schema_aliases.h"
 #include "core/device.h"
 #include "core/generator.h"
 #include "core/memory_history.h"
@@ -109,25 +109,16 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
   const auto& args = schema.arguments();
   for (const auto& a : args) t.arg_is_out.push_back(a.is_out());
-  for (const auto& r : schema.returns()) {
+  for (size_t i = 0; i < schema.returns().size(); ++i) {
+    const auto& r = schema.returns()[i];
     const auto& type = r.type();
     bool tensorish =
         type->kind() == c10::TypeKind::TensorType ||
         (type->kind() == c10::TypeKind::ListType &&
          type->containedType(0)->kind() == c10::TypeKind::TensorType);
     if (!tensorish) t.tensor_returns_only = false;
-    int alias = -1;
-    bool write = false;
-    if (const c10::AliasInfo* ai = r.alias_info()) {
-      for (size_t j = 0; j < args.size(); ++j) {
-        const c10::AliasInfo* aj = args[j].alias_info();
-        if (aj && aj->beforeSets() == ai->beforeSets()) {
-          alias = static_cast<int>(j);
-          write = ai->isWrite();
-          break;
-        }
-      }
-    }
+    const int alias = aliasedArgument(schema, i);
+    const bool write = alias >= 0 && r.alias_info()->isWrite();
     t.alias_arg.push_back(alias);
     t.alias_write.push_back(write);
   }
@@ -271,13 +262,7 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   // error at a later sync — and the stream is not poisoned by it.
   auto failure = std::make_shared<std::exception_ptr>();
   launch(device, traits.name.c_str(), [call, failure] {
-    useDeviceWarningHandler();
-    c10::InferenceMode guard;
-    try {
-      call->op.callBoxed(call->args);
-    } catch (...) {
-      *failure = std::current_exception();
-    }
+    *failure = runOnDeviceCapturing([&] { call->op.callBoxed(call->args); });
   });
   synchronizeStream(currentStream(device));
   if (*failure) std::rethrow_exception(*failure);
@@ -338,6 +323,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   std::vector<IValue> args(stack->end() - nargs, stack->end());
 
   DeviceCheck check;
+  bool widen = false;  // a dtype the CPU kernel lacks (index lists never)
   for (size_t i = 0; i < nargs; ++i) {
     const IValue& v = args[i];
     if (v.isDevice()) check.device(v.toDevice());
@@ -345,7 +331,10 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
       // Index tensors may live on the CPU (as on CUDA): move them over.
       continue;
     }
-    forEachTensor(v, [&](const at::Tensor& t) { check.tensor(t); });
+    forEachTensor(v, [&](const at::Tensor& t) {
+      check.tensor(t);
+      widen |= needsWidening(traits.widen_mask, t);
+    });
   }
   c10::DeviceIndex device = check.finish();
   for (size_t i = 0; i < nargs; ++i) {
@@ -372,17 +361,10 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   }
   noteExecutedOnce(traits.name.c_str(), traits.noted);
 
-  if (traits.widen_mask != 0) {
-    bool widen = false;
-    for (const IValue& v : args)
-      forEachTensor(v, [&](const at::Tensor& t) {
-        widen |= needsWidening(traits.widen_mask, t);
-      });
-    if (widen) {
-      std::copy(args.begin(), args.end(), stack->end() - nargs);
-      runWidened(op, traits.widen_mask, stack);
-      return;
-    }
+  if (widen) {
+    std::copy(args.begin(), args.end(), stack->end() - nargs);
+    runWidened(op, traits.widen_mask, stack);
+    return;
   }
 
   if (traits.meta_missing || traits.meta_differs ||

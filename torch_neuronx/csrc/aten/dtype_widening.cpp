@@ -10,6 +10,7 @@
 
 #include "aten/ivalue_tensors.h"
 #include "aten/op_args.h"
+#include "aten/schema_aliases.h"
 
 namespace torch_neuronx {
 namespace {
@@ -122,18 +123,6 @@ std::vector<std::vector<ScalarType>> returnDtypes(
   return out;
 }
 
-// Index of the argument a return aliases with writes (in-place / out=), or -1.
-int writtenArgOf(const c10::FunctionSchema& schema, size_t ret) {
-  const c10::AliasInfo* ai = schema.returns()[ret].alias_info();
-  if (!ai || !ai->isWrite()) return -1;
-  const auto& args = schema.arguments();
-  for (size_t j = 0; j < args.size(); ++j) {
-    const c10::AliasInfo* aj = args[j].alias_info();
-    if (aj && aj->beforeSets() == ai->beforeSets()) return static_cast<int>(j);
-  }
-  return -1;
-}
-
 bool returnsView(const c10::FunctionSchema& schema) {
   for (const auto& r : schema.returns())
     if (r.alias_info() && !r.alias_info()->isWrite()) return true;
@@ -224,8 +213,8 @@ void runWidened(const c10::OperatorHandle& op, uint64_t mask,
   std::vector<IValue> outs;
   outs.reserve(nret);
   for (size_t i = 0; i < nret; ++i) {
-    const int a = writtenArgOf(schema, i);
-    if (a >= 0) {
+    const int a = aliasedArgument(schema, i);
+    if (a >= 0 && schema.returns()[i].alias_info()->isWrite()) {
       outs.push_back(args[a]);
       continue;
     }

@@ -10,6 +10,7 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
+#include <exception>
 #include <stdexcept>
 
 #include "aten/device_warnings.h"
@@ -25,6 +26,21 @@ void runOnDevice(F&& f) {
   } catch (const c10::Error& e) {
     throw std::runtime_error(e.what_without_backtrace());
   }
+}
+
+// For items the host waits for: the exception `f` threw, as it is (its
+// type — IndexError, ValueError, ... — reaches Python when the host
+// rethrows it), or null. The stream is not poisoned.
+template <typename F>
+std::exception_ptr runOnDeviceCapturing(F&& f) {
+  useDeviceWarningHandler();
+  c10::InferenceMode guard;
+  try {
+    f();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
 }
 
 }  // namespace torch_neuronx

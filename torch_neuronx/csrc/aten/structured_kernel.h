@@ -297,6 +297,29 @@ std::array<int, sizeof...(Ts)> aliasOut(AliasPlan& a,
       t);
 }
 
+// Runs a CPU kernel over the item's aliases. A kernel may leave an output
+// as a conjugate (or negative) view of what it wrote — linalg_lu_solve
+// (left=False) does — which on the CPU is simply the tensor it returns. The
+// device tensor keeps its own bits, so the values the view stands for are
+// written through the alias with the bits it was built with.
+template <typename F>
+void runKeepingViewBits(Built& b, F&& kernel) {
+  auto bits = [](const at::Tensor& t) {
+    return (t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0);
+  };
+  c10::SmallVector<int, 6> before;
+  for (const at::Tensor& t : b) before.push_back(bits(t));
+  kernel();
+  for (size_t k = 0; k < b.size(); ++k) {
+    at::Tensor& t = b[k];
+    if (!t.defined() || bits(t) == before[k]) continue;
+    at::Tensor values = t.resolve_conj().resolve_neg();
+    t._set_conj(before[k] & 1);
+    t._set_neg(before[k] & 2);
+    t.copy_(values);
+  }
+}
+
 // A work item of the fast paths: the plan of its aliases and its arguments
 // (tensors as alias indices), and the code that runs it, in one allocation.
 template <typename Out, typename... Args>
@@ -351,7 +374,8 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
     work->body = [](Work& w) {
       runOnDevice([&] {
         Built built = w.plan.build();
-        run(built, w, std::index_sequence_for<Args...>{});
+        runKeepingViewBits(
+            built, [&] { run(built, w, std::index_sequence_for<Args...>{}); });
       });
     };
     launchTask(device, Name, std::move(work));
@@ -363,25 +387,13 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
   static void run(Built& b, Work& w, std::index_sequence<I...>) {
     if constexpr (std::is_same_v<Ret, at::Tensor>) {
       CpuOutFn(b[w.out], ArgOf<Args>::pass(std::get<I>(w.args), b)...);
-      materializeBits(b[w.out]);
     } else {
       std::apply(
           [&](auto... o) {
             CpuOutFn(b[o]..., ArgOf<Args>::pass(std::get<I>(w.args), b)...);
-            (materializeBits(b[o]), ...);
           },
           w.out);
     }
-  }
-  // A CPU kernel may hand back its output as a conjugate (or negative) view
-  // of what it wrote — linalg_lu_solve(left=False) does. The device output
-  // has no such bit: write the values it stands for.
-  static void materializeBits(at::Tensor& out) {
-    if (!out.is_conj() && !out.is_neg()) return;
-    at::Tensor values = out.resolve_conj().resolve_neg();
-    out._set_conj(false);
-    out._set_neg(false);
-    out.copy_(values);
   }
 };
 
@@ -424,7 +436,8 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
     work->body = [](Work& w) {
       runOnDevice([&] {
         Built built = w.plan.build();
-        run(built, w, std::index_sequence_for<Rest...>{});
+        runKeepingViewBits(
+            built, [&] { run(built, w, std::index_sequence_for<Rest...>{}); });
       });
     };
     launchTask(device, Name, std::move(work));

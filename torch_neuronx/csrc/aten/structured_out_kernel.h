@@ -79,7 +79,7 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
     work->body = [](Work& w) {
       runOnDevice([&] {
         Built built = w.plan.build();
-        run(built, w.args, Seq{});
+        runKeepingViewBits(built, [&] { run(built, w.args, Seq{}); });
       });
     };
     launchTask(device, Name, std::move(work));
