@@ -1,0 +1,207 @@
+// A communicator between the processes of one host, over one shared-memory
+// segment.
+//
+// Every rank calls the same collectives in the same order (as with NCCL);
+// each call blocks the calling thread until this rank's part is done, which
+// is what a stream work item wants. All data moves through the segment:
+//  - a staging area of two halves per rank. In each step a rank writes only
+//    its own current half, then all ranks meet at a barrier, then they read
+//    each other's halves. Alternating halves means a rank may write the next
+//    half while slower peers still read the previous one, so every step needs
+//    exactly one barrier (see communicator.cpp for the proof sketch).
+//  - one ring-buffer mailbox per ordered pair of ranks for send/recv, so that
+//    send(0->1) and send(1->0) are independent and messages from one sender to
+//    one receiver arrive in order.
+// Large all-reduces are a pipelined reduce-scatter + all-gather through the
+// staging area in chunks of `chunk_bytes` (each rank reduces its 1/N of every
+// chunk straight from the peers' halves); small ones take one copy in, one
+// barrier, and each rank reduces everything. Results are bit-identical on
+// every rank because each element is reduced in rank order by the same code.
+//
+// Failures are CollectiveError exceptions (a neuron_rt::Error): bad arguments
+// and mismatches between ranks (kind, count, dtype, op, root, per-rank
+// counts: compared at each collective's first barrier) leave the
+// communicator usable. A timeout, a dead peer or abort() is fatal: the rank
+// that sees it first sets the segment's abort flag so that every other rank
+// fails fast, and later calls on this communicator throw at once.
+//
+// Threads: one thread at a time may run collectives and send/recv on a
+// communicator; abort() may be called from any thread at any time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neuron_runtime/collectives/futex_signal.h"
+#include "neuron_runtime/collectives/shm_segment.h"
+#include "neuron_runtime/collectives/types.h"
+
+namespace neuron_rt {
+namespace collectives {
+
+struct CommOptions {
+  // Bound on each call (and on the rendezvous in create()): peers that have
+  // not arrived by then are reported by rank.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Bytes of each all-reduce chunk. The segment holds 4 * chunk_bytes per
+  // rank, sized to stay in the last-level cache. Taken from rank 0.
+  size_t chunk_bytes = size_t{512} << 10;
+  // All-reduces/reduces of at most this many bytes take the latency path.
+  size_t small_bytes = size_t{32} << 10;
+  // Ring-buffer bytes per ordered pair for send/recv; 0: 256 KiB, shrunk for
+  // large worlds to keep the total near 64 MiB. Taken from rank 0.
+  size_t p2p_bytes = 0;
+  // Busy-wait before sleeping on a futex, in microseconds; -1: 50 us when
+  // there are at least as many CPUs as ranks, else none (waits must yield
+  // the CPU to the rank that has work).
+  int spin_us = -1;
+  // Rank 0 removes stale segments of dead jobs before creating its own.
+  bool cleanup_stale = true;
+};
+
+class Communicator {
+ public:
+  // Joins communicator `name` (a unique id per job and group, [A-Za-z0-9._-],
+  // at most 200 characters) as `rank` of `world_size`. Rank 0 creates the
+  // segment, the others wait for it; returns when all ranks have joined and
+  // the segment's name has been removed. Throws CollectiveError.
+  static std::unique_ptr<Communicator> create(const std::string& name, int rank,
+                                              int world_size,
+                                              const CommOptions& options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int worldSize() const { return world_; }
+  const std::string& name() const { return name_; }
+
+  // Counts are in elements of `dtype` unless a name says bytes. `in` may
+  // equal `out` (in place) wherever both appear; partial overlap is not
+  // allowed. `factor` is PREMUL_SUM's scalar.
+  void allReduce(const void* in, void* out, size_t count, DataType dtype,
+                 ReduceOp op, double factor = 1.0);
+  // `out` is written on `root` only.
+  void reduce(const void* in, void* out, size_t count, DataType dtype,
+              ReduceOp op, int root, double factor = 1.0);
+  void broadcast(void* buf, size_t count, DataType dtype, int root);
+  // out = concatenation of every rank's `count` elements, in rank order.
+  void allGather(const void* in, void* out, size_t count, DataType dtype);
+  // Rank k contributes counts[k] elements; out holds them packed in rank
+  // order. `counts` must be the same on every rank.
+  void allGatherV(const void* in, void* out, const std::vector<size_t>& counts,
+                  DataType dtype);
+  // As allGatherV, but only `root` receives (out is ignored elsewhere).
+  void gatherV(const void* in, void* out, const std::vector<size_t>& counts,
+               DataType dtype, int root);
+  // `root` sends counts[k] elements (packed in rank order in `in`) to rank k,
+  // which writes them to `out`. `in` is read on `root` only.
+  void scatterV(const void* in, void* out, const std::vector<size_t>& counts,
+                DataType dtype, int root);
+  // in: world_size blocks of `count` elements; out: the reduction of block
+  // `rank` over all ranks.
+  void reduceScatter(const void* in, void* out, size_t count, DataType dtype,
+                     ReduceOp op, double factor = 1.0);
+  // in: blocks of counts[0], counts[1], ... elements; out: counts[rank].
+  void reduceScatterV(const void* in, void* out,
+                      const std::vector<size_t>& counts, DataType dtype,
+                      ReduceOp op, double factor = 1.0);
+  // Sends send_bytes[k] bytes at in + send_offsets[k] to rank k, receives
+  // recv_bytes[k] bytes from rank k at out + recv_offsets[k]. Sizes must
+  // match pairwise across ranks (checked on every rank before any data is
+  // read). Splits may be uneven and zero.
+  void allToAllV(const void* in, const std::vector<size_t>& send_bytes,
+                 const std::vector<size_t>& send_offsets, void* out,
+                 const std::vector<size_t>& recv_bytes,
+                 const std::vector<size_t>& recv_offsets);
+  // Even split: `count` elements to and from every rank.
+  void allToAll(const void* in, void* out, size_t count, DataType dtype);
+  // Point to point, in order per (sender, receiver). send() returns once the
+  // message is in the mailbox (blocking while it is full, so a message larger
+  // than the mailbox needs the receiver to be receiving); recv() checks that
+  // the next message from `src` has this size and tag.
+  void send(const void* buf, size_t bytes, int dst, int tag = 0);
+  void recv(void* buf, size_t bytes, int src, int tag = 0);
+  void barrier();
+
+  // Makes every rank's current and future calls fail fast (kAborted; a rank
+  // that fails fatally does the same, and the others then report its cause:
+  // kPeerDied or kTimeout with the same ranks).
+  // Safe from any thread, including while a call on this one is blocked.
+  void abort(const std::string& reason = "abort() called");
+  bool aborted() const;
+
+  // See ShmSegment::cleanupStale().
+  static int cleanupStale() { return ShmSegment::cleanupStale(); }
+
+  // The layout of the segment (private; in communicator.cpp).
+  struct Header;
+  struct RankCtrl;
+  struct Mailbox;
+  struct OpDesc;
+
+ private:
+  Communicator() = default;
+
+  void join(const CommOptions& options);
+  // --- per-call bookkeeping ---
+  void beginOp(const char* what);
+  [[noreturn]] void fail(FailureKind kind, const std::string& message,
+                         std::vector<int> ranks);
+  [[noreturn]] void throwAborted();
+  void abortWith(FailureKind kind, const std::string& reason,
+                 const std::vector<int>& ranks);
+  template <class Done, class Missing>
+  void waitUntil(FutexSignal& sig, Done done, Missing missing,
+                 const char* waiting_for);
+  // --- steps ---
+  int nextHalf() const { return static_cast<int>((epoch_ + 1) & 1); }
+  int curHalf() const { return static_cast<int>(epoch_ & 1); }
+  char* half(int rank, int h) const;
+  void postDesc(const OpDesc& d);
+  void stepBarrier();
+  void checkDescs(const OpDesc& d);
+  void reduceImpl(const void* in, void* out, size_t count, DataType dtype,
+                  ReduceOp op, int root, double factor, bool all);
+  void gatherImpl(const void* in, void* out, const std::vector<size_t>& counts,
+                  DataType dtype, int root, int kind);
+  // --- p2p ---
+  Mailbox& mailbox(int src, int dst) const;
+  char* ring(int src, int dst) const;
+  void push(int dst, const char* p, size_t n);
+  void pop(int src, char* p, size_t n);
+
+  std::string name_;
+  int rank_ = 0;
+  int world_ = 1;
+  ShmSegment seg_;
+  Header* hdr_ = nullptr;
+  RankCtrl* ctrl_ = nullptr;  // world_ entries
+  Mailbox* boxes_ = nullptr;  // world_ * (world_ - 1) entries
+  char* staging_ = nullptr;   // world_ * 2 halves
+  char* rings_ = nullptr;     // world_ * (world_ - 1) rings
+  size_t chunk_bytes_ = 0;
+  size_t half_bytes_ = 0;
+  size_t p2p_bytes_ = 0;
+  size_t small_bytes_ = 0;
+  std::chrono::nanoseconds timeout_{};
+  std::chrono::nanoseconds spin_{};
+  // State of the current call (one thread at a time).
+  uint64_t epoch_ = 0;   // barriers passed
+  uint64_t op_seq_ = 0;  // collectives started
+  const char* op_name_ = "";
+  std::chrono::steady_clock::time_point deadline_{};
+  std::string broken_;  // set by a fatal error: later calls rethrow it
+  FailureKind broken_kind_ = FailureKind::kAborted;
+  std::vector<int> pids_;  // cached peer pids (for liveness checks)
+};
+
+}  // namespace collectives
+}  // namespace neuron_rt

@@ -1,0 +1,242 @@
+#include "neuron_runtime/collectives/reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "neuron_runtime/collectives/half.h"
+
+namespace neuron_rt {
+namespace collectives {
+namespace {
+
+// How an element type is loaded into its accumulator type and stored back.
+template <typename T_, typename Acc_>
+struct Plain {
+  using T = T_;
+  using Acc = Acc_;
+  static Acc load(T x) { return x; }
+  static T store(Acc a) { return a; }
+};
+struct Half {
+  using T = uint16_t;
+  using Acc = float;
+  static Acc load(T x) { return halfToFloat(x); }
+  static T store(Acc a) { return floatToHalf(a); }
+};
+struct BFloat {
+  using T = uint16_t;
+  using Acc = float;
+  static Acc load(T x) { return bf16ToFloat(x); }
+  static T store(Acc a) { return floatToBf16(a); }
+};
+struct Bool {
+  using T = uint8_t;
+  using Acc = uint8_t;
+  static Acc load(T x) { return x != 0; }
+  static T store(Acc a) { return a; }
+};
+
+// Sources are combined a block at a time in an accumulator array that stays
+// in L1: each source is streamed once and the output written once, and every
+// loop is a plain element-wise loop the compiler vectorises.
+constexpr size_t kBlock = 512;
+
+template <class C, class Op, class Pre, class Post>
+void kernel(void* out, void* out2, const void* const* srcs, int n, size_t count,
+            Op op, Pre pre, Post post) {
+  using T = typename C::T;
+  using Acc = typename C::Acc;
+  Acc acc[kBlock];
+  T* o = static_cast<T*>(out);
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t m = std::min(kBlock, count - base);
+    const T* s = static_cast<const T*>(srcs[0]) + base;
+    for (size_t i = 0; i < m; ++i) acc[i] = pre(C::load(s[i]));
+    for (int k = 1; k < n; ++k) {
+      s = static_cast<const T*>(srcs[k]) + base;
+      for (size_t i = 0; i < m; ++i) acc[i] = op(acc[i], pre(C::load(s[i])));
+    }
+    for (size_t i = 0; i < m; ++i) o[base + i] = C::store(post(acc[i]));
+    if (out2)
+      std::memcpy(static_cast<T*>(out2) + base, o + base, m * sizeof(T));
+  }
+}
+
+struct Identity {
+  template <typename A>
+  A operator()(A a) const {
+    return a;
+  }
+};
+
+// Integer sums and products wrap (two's complement) instead of being UB.
+template <typename A>
+using Wide = std::make_unsigned_t<A>;
+
+template <class C>
+void floatingOp(ReduceOp op, void* out, void* out2, const void* const* srcs,
+                int n, size_t count, double factor, int avg_divisor) {
+  using A = typename C::Acc;
+  Identity id;
+  switch (op) {
+    case ReduceOp::kSum:
+      return kernel<C>(
+          out, out2, srcs, n, count, [](A a, A b) { return a + b; }, id, id);
+    case ReduceOp::kProduct:
+      return kernel<C>(
+          out, out2, srcs, n, count, [](A a, A b) { return a * b; }, id, id);
+    case ReduceOp::kMin:
+      // NaN propagates: a NaN accumulator stays, a NaN source replaces it.
+      return kernel<C>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return (b < a || b != b) ? b : a; }, id, id);
+    case ReduceOp::kMax:
+      return kernel<C>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return (b > a || b != b) ? b : a; }, id, id);
+    case ReduceOp::kAvg: {
+      const A d = static_cast<A>(avg_divisor);
+      return kernel<C>(
+          out, out2, srcs, n, count, [](A a, A b) { return a + b; }, id,
+          [d](A a) { return a / d; });
+    }
+    case ReduceOp::kPremulSum: {
+      const A f = static_cast<A>(factor);
+      return kernel<C>(
+          out, out2, srcs, n, count, [](A a, A b) { return a + b; },
+          [f](A a) { return a * f; }, id);
+    }
+    default:
+      return;  // rejected by checkReduce
+  }
+}
+
+template <class C>
+void integerOp(ReduceOp op, void* out, void* out2, const void* const* srcs,
+               int n, size_t count) {
+  using A = typename C::Acc;
+  Identity id;
+  switch (op) {
+    case ReduceOp::kSum:
+      return kernel<C>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return static_cast<A>(Wide<A>(a) + Wide<A>(b)); }, id,
+          id);
+    case ReduceOp::kProduct:
+      return kernel<C>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return static_cast<A>(Wide<A>(a) * Wide<A>(b)); }, id,
+          id);
+    case ReduceOp::kMin:
+      return kernel<C>(
+          out, out2, srcs, n, count, [](A a, A b) { return b < a ? b : a; }, id,
+          id);
+    case ReduceOp::kMax:
+      return kernel<C>(
+          out, out2, srcs, n, count, [](A a, A b) { return b > a ? b : a; }, id,
+          id);
+    case ReduceOp::kBand:
+      return kernel<C>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return static_cast<A>(a & b); }, id, id);
+    case ReduceOp::kBor:
+      return kernel<C>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return static_cast<A>(a | b); }, id, id);
+    case ReduceOp::kBxor:
+      return kernel<C>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return static_cast<A>(a ^ b); }, id, id);
+    default:
+      return;  // rejected by checkReduce
+  }
+}
+
+void boolOp(ReduceOp op, void* out, void* out2, const void* const* srcs, int n,
+            size_t count) {
+  using A = uint8_t;
+  Identity id;
+  auto band = [](A a, A b) { return static_cast<A>(a & b); };
+  auto bor = [](A a, A b) { return static_cast<A>(a | b); };
+  switch (op) {
+    case ReduceOp::kSum:  // logical or, as torch sums bools
+    case ReduceOp::kMax:
+    case ReduceOp::kBor:
+      return kernel<Bool>(out, out2, srcs, n, count, bor, id, id);
+    case ReduceOp::kProduct:
+    case ReduceOp::kMin:
+    case ReduceOp::kBand:
+      return kernel<Bool>(out, out2, srcs, n, count, band, id, id);
+    case ReduceOp::kBxor:
+      return kernel<Bool>(
+          out, out2, srcs, n, count,
+          [](A a, A b) { return static_cast<A>(a ^ b); }, id, id);
+    default:
+      return;  // rejected by checkReduce
+  }
+}
+
+}  // namespace
+
+std::string checkReduce(DataType dtype, ReduceOp op) {
+  const bool fp = isFloating(dtype);
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kProduct:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+      return {};
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      if (fp)
+        return std::string("reduce op ") + reduceOpName(op) +
+               " is only defined for integer and bool tensors, not " +
+               dtypeName(dtype);
+      return {};
+    case ReduceOp::kAvg:
+    case ReduceOp::kPremulSum:
+      if (!fp)
+        return std::string("reduce op ") + reduceOpName(op) +
+               " is only defined for floating-point tensors, not " +
+               dtypeName(dtype) + " (as in NCCL); use SUM and divide";
+      return {};
+  }
+  return "unknown reduce op";
+}
+
+void reduceInto(DataType dtype, ReduceOp op, void* out, void* out2,
+                const void* const* srcs, int n, size_t count, double factor,
+                int avg_divisor) {
+  if (count == 0 || n <= 0) return;
+  switch (dtype) {
+    case DataType::kFloat32:
+      return floatingOp<Plain<float, float>>(op, out, out2, srcs, n, count,
+                                             factor, avg_divisor);
+    case DataType::kFloat64:
+      return floatingOp<Plain<double, double>>(op, out, out2, srcs, n, count,
+                                               factor, avg_divisor);
+    case DataType::kFloat16:
+      return floatingOp<Half>(op, out, out2, srcs, n, count, factor,
+                              avg_divisor);
+    case DataType::kBFloat16:
+      return floatingOp<BFloat>(op, out, out2, srcs, n, count, factor,
+                                avg_divisor);
+    case DataType::kInt8:
+      return integerOp<Plain<int8_t, int8_t>>(op, out, out2, srcs, n, count);
+    case DataType::kInt16:
+      return integerOp<Plain<int16_t, int16_t>>(op, out, out2, srcs, n, count);
+    case DataType::kInt32:
+      return integerOp<Plain<int32_t, int32_t>>(op, out, out2, srcs, n, count);
+    case DataType::kInt64:
+      return integerOp<Plain<int64_t, int64_t>>(op, out, out2, srcs, n, count);
+    case DataType::kUInt8:
+      return integerOp<Plain<uint8_t, uint8_t>>(op, out, out2, srcs, n, count);
+    case DataType::kBool:
+      return boolOp(op, out, out2, srcs, n, count);
+  }
+}
+
+}  // namespace collectives
+}  // namespace neuron_rt
