@@ -420,12 +420,20 @@ void Communicator::waitUntil(FutexSignal& sig, Done done, Missing missing,
   // Short spin: a peer that is a few microseconds behind costs no system
   // call. With more ranks than CPUs a spinning waiter would steal the CPU of
   // the rank it waits for, so then it yields once and sleeps.
+  // After the first few hundred pauses the spin also yields: the peer we
+  // wait for may have been placed on our CPU (forked ranks start where their
+  // parent ran, other jobs compete for the cores), and a pure spin would
+  // keep it off that CPU for the whole spin.
   if (spin_.count() > 0) {
     const auto spin_end = Clock::now() + spin_;
     for (unsigned i = 1;; ++i) {
       cpuRelax();
       if (done()) return;
-      if ((i & 127) == 0 && Clock::now() >= spin_end) break;
+      if ((i & 63) == 0) {
+        if (i >= 512) sched_yield();
+        if (done()) return;
+        if (Clock::now() >= spin_end) break;
+      }
     }
   } else {
     sched_yield();

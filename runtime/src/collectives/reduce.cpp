@@ -47,19 +47,49 @@ void kernel(void* out, void* out2, const void* const* srcs, int n, size_t count,
             Op op, Pre pre, Post post) {
   using T = typename C::T;
   using Acc = typename C::Acc;
-  Acc acc[kBlock];
   T* o = static_cast<T*>(out);
+  T* o2 = static_cast<T*>(out2);
+  auto src = [&](int k) { return static_cast<const T*>(srcs[k]); };
+  // The last pass reads the final source and writes the output(s) in the
+  // same loop, so two sources (the common case) cost one pass. Converting
+  // types (float16/bfloat16) keep to simple one-conversion loops instead:
+  // GCC vectorises those, not the fused one.
+  auto finish = [&](Acc* acc, const T* s, size_t base, size_t m) {
+    if constexpr (std::is_same_v<T, Acc>) {
+      if (o2) {
+        for (size_t i = 0; i < m; ++i) {
+          const T r = C::store(post(op(acc[i], pre(C::load(s[i])))));
+          o[base + i] = r;
+          o2[base + i] = r;
+        }
+      } else {
+        for (size_t i = 0; i < m; ++i)
+          o[base + i] = C::store(post(op(acc[i], pre(C::load(s[i])))));
+      }
+    } else {
+      for (size_t i = 0; i < m; ++i) acc[i] = op(acc[i], pre(C::load(s[i])));
+      for (size_t i = 0; i < m; ++i) o[base + i] = C::store(post(acc[i]));
+      if (o2) std::memcpy(o2 + base, o + base, m * sizeof(T));
+    }
+  };
+  Acc acc[kBlock];
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t m = std::min(kBlock, count - base);
-    const T* s = static_cast<const T*>(srcs[0]) + base;
-    for (size_t i = 0; i < m; ++i) acc[i] = pre(C::load(s[i]));
-    for (int k = 1; k < n; ++k) {
-      s = static_cast<const T*>(srcs[k]) + base;
+    const T* s0 = src(0) + base;
+    if (n == 1) {
+      for (size_t i = 0; i < m; ++i) {
+        const T r = C::store(post(pre(C::load(s0[i]))));
+        o[base + i] = r;
+        if (o2) o2[base + i] = r;
+      }
+      continue;
+    }
+    for (size_t i = 0; i < m; ++i) acc[i] = pre(C::load(s0[i]));
+    for (int k = 1; k + 1 < n; ++k) {
+      const T* s = src(k) + base;
       for (size_t i = 0; i < m; ++i) acc[i] = op(acc[i], pre(C::load(s[i])));
     }
-    for (size_t i = 0; i < m; ++i) o[base + i] = C::store(post(acc[i]));
-    if (out2)
-      std::memcpy(static_cast<T*>(out2) + base, o + base, m * sizeof(T));
+    finish(acc, src(n - 1) + base, base, m);
   }
 }
 

@@ -52,7 +52,7 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   // Bytes of each all-reduce chunk. The segment holds 4 * chunk_bytes per
   // rank, sized to stay in the last-level cache. Taken from rank 0.
-  size_t chunk_bytes = size_t{512} << 10;
+  size_t chunk_bytes = size_t{1} << 20;
   // All-reduces/reduces of at most this many bytes take the latency path.
   size_t small_bytes = size_t{32} << 10;
   // Ring-buffer bytes per ordered pair for send/recv; 0: 256 KiB, shrunk for

@@ -24,6 +24,10 @@ inline uint32_t floatToBits(float f) {
   return u;
 }
 
+// All-ones if `c`, else zero: selects written as masks, because GCC does not
+// if-convert these ternaries and then refuses to vectorise the loop.
+inline uint32_t maskIf(bool c) { return 0u - static_cast<uint32_t>(c); }
+
 inline float halfToFloat(uint16_t h) {
   const uint32_t w = static_cast<uint32_t>(h) << 16;
   const uint32_t sign = w & 0x80000000u;
@@ -37,10 +41,13 @@ inline float halfToFloat(uint16_t h) {
   const float magic_bias = 0.5f;
   const float denormalized =
       bitsToFloat((two_w >> 17) | magic_mask) - magic_bias;
-  const uint32_t denormalized_cutoff = 1u << 27;
-  const uint32_t result =
-      sign | (two_w < denormalized_cutoff ? floatToBits(denormalized)
-                                          : floatToBits(normalized));
+  // Signed comparisons on values below 2^31: SSE2 has no unsigned compare,
+  // and the compiler vectorises these loops only with signed ones.
+  const int32_t denormalized_cutoff = 1 << 26;
+  const uint32_t sub =
+      maskIf(static_cast<int32_t>(two_w >> 1) < denormalized_cutoff);
+  const uint32_t result = sign | (floatToBits(denormalized) & sub) |
+                          (floatToBits(normalized) & ~sub);
   return bitsToFloat(result);
 }
 
@@ -52,16 +59,19 @@ inline uint16_t floatToHalf(float f) {
   float base = (abs_f * scale_to_inf) * scale_to_zero;
   const uint32_t shl1_w = w + w;
   const uint32_t sign = w & 0x80000000u;
-  uint32_t bias = shl1_w & 0xFF000000u;
-  if (bias < 0x71000000u) bias = 0x71000000u;
+  uint32_t bias = (shl1_w >> 1) & 0x7F800000u;  // exponent bits, in place
+  const uint32_t low = maskIf(static_cast<int32_t>(bias) < 0x38800000);
+  bias = (bias & ~low) | (0x38800000u & low);
   // Adding 2^(e+1) lets the FPU do the round-to-nearest-even for us.
-  base = bitsToFloat((bias >> 1) + 0x07800000u) + base;
+  base = bitsToFloat(bias + 0x07800000u) + base;
   const uint32_t bits = floatToBits(base);
   const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
   const uint32_t mantissa_bits = bits & 0x00000FFFu;
   const uint32_t nonsign = exp_bits + mantissa_bits;
-  return static_cast<uint16_t>((sign >> 16) |
-                               (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+  const uint32_t nan =
+      maskIf(static_cast<int32_t>(w & 0x7FFFFFFFu) > 0x7F800000);
+  return static_cast<uint16_t>((sign >> 16) | (0x7E00u & nan) |
+                               (nonsign & ~nan));
 }
 
 inline float bf16ToFloat(uint16_t b) {
@@ -70,9 +80,10 @@ inline float bf16ToFloat(uint16_t b) {
 
 inline uint16_t floatToBf16(float f) {
   const uint32_t u = floatToBits(f);
-  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  const bool nan = static_cast<int32_t>(u & 0x7FFFFFFFu) > 0x7F800000;
   const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>(nan ? ((u >> 16) | 0x0040u) : rounded);
+  const uint32_t m = maskIf(nan);
+  return static_cast<uint16_t>((((u >> 16) | 0x0040u) & m) | (rounded & ~m));
 }
 
 }  // namespace collectives

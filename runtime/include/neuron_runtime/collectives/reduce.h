@@ -23,10 +23,10 @@ std::string checkReduce(DataType dtype, ReduceOp op);
 
 // out[i] = srcs[0][i] (op) srcs[1][i] (op) ... (op) srcs[n-1][i] for i in
 // [0, count). `out` may alias srcs[k] exactly (same pointer), not partially.
-// `out2`, if not null, receives a copy of `out` (written block by block
-// while the block is still in L1). `factor` is PREMUL_SUM's scalar;
-// `avg_divisor` is AVG's divisor (the world size). The caller has checked
-// checkReduce().
+// `out2`, if not null, receives a copy of `out`, written in the same pass
+// (the all-reduce's own output and the slice its peers gather). `factor` is
+// PREMUL_SUM's scalar; `avg_divisor` is AVG's divisor (the world size). The
+// caller has checked checkReduce().
 void reduceInto(DataType dtype, ReduceOp op, void* out, void* out2,
                 const void* const* srcs, int n, size_t count, double factor,
                 int avg_divisor);
