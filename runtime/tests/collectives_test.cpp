@@ -487,6 +487,22 @@ TEST(CollectivesSetup, CleanupStaleRemovesSegmentsOfDeadCreators) {
   EXPECT_FALSE(segmentExists(name));
 }
 
+TEST(CollectivesSetup, ZombieCountsAsDead) {
+  EXPECT_TRUE(processAlive(getpid()));
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  // Not reaped yet: kill(pid, 0) still succeeds, but the process is gone.
+  bool dead = false;
+  for (int i = 0; i < 2000 && !dead; ++i) {
+    dead = !processAlive(pid);
+    if (!dead) std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_TRUE(dead);
+  EXPECT_EQ(kill(pid, 0), 0);
+  waitpid(pid, nullptr, 0);
+  EXPECT_FALSE(processAlive(pid));
+}
+
 // ------------------------------------------------------------ collectives
 
 class CollectivesN : public ::testing::TestWithParam<int> {};
@@ -719,6 +735,62 @@ TEST_P(CollectivesN, SendRecvBothDirectionsInOrder) {
       int32_t x = 0;
       c->recv(&x, 4, 0, 2);
       CHILD_CHECK(x == 5, "after mismatch");
+    }
+    c->barrier();
+  }));
+}
+
+TEST_P(CollectivesN, BatchedSendRecvOfLargeMessagesDoesNotDeadlock) {
+  const int n = GetParam();
+  expectAllOk(runRanks(n, [&](int rank, const std::string& name) {
+    auto c = Communicator::create(name, rank, n, testOptions());
+    // Every rank sends 1 MiB (16x the mailbox) to every other rank and
+    // receives from each, in one batch: plain send-then-recv would deadlock.
+    const size_t big = (1 << 20) + 7;
+    auto byteAt = [](int from, int to, size_t i) {
+      return static_cast<char>(from * 37 + to * 11 + i * 3 + i / 4093);
+    };
+    std::vector<std::vector<char>> out(n), in(n);
+    std::vector<Communicator::P2POp> ops;
+    for (int k = 0; k < n; ++k) {
+      if (k == rank) continue;
+      out[k].resize(big);
+      for (size_t i = 0; i < big; ++i) out[k][i] = byteAt(rank, k, i);
+      in[k].assign(big, 0);
+      ops.push_back({true, k, out[k].data(), big, 4});
+      ops.push_back({false, k, in[k].data(), big, 4});
+    }
+    // Two small messages each way after the big ones, in order.
+    int32_t a = rank, b = rank + 100, ra[8] = {}, rb[8] = {};
+    for (int k = 0; k < n; ++k) {
+      if (k == rank) continue;
+      ops.push_back({true, k, &a, 4, 5});
+      ops.push_back({true, k, &b, 4, 6});
+      ops.push_back({false, k, &ra[k], 4, 5});
+      ops.push_back({false, k, &rb[k], 4, 6});
+    }
+    c->exchange(ops);
+    for (int k = 0; k < n; ++k) {
+      if (k == rank) continue;
+      for (size_t i = 0; i < big; ++i)
+        CHILD_CHECK(in[k][i] == byteAt(k, rank, i), "from %d byte %zu", k, i);
+      CHILD_CHECK(ra[k] == k && rb[k] == k + 100, "small from %d", k);
+    }
+    // A ring shift where only the receive side is wrong on one rank.
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    std::vector<char> sb(300000, static_cast<char>(rank)), rbuf(300000);
+    const size_t expect = rank == 0 ? 299999 : 300000;
+    if (rank == 0) {
+      expectError(
+          [&] {
+            c->exchange({{true, next, sb.data(), sb.size(), 1},
+                         {false, prev, rbuf.data(), expect, 1}});
+          },
+          FailureKind::kMismatch, "expected 299999 bytes");
+    } else {
+      c->exchange({{true, next, sb.data(), sb.size(), 1},
+                   {false, prev, rbuf.data(), expect, 1}});
+      CHILD_CHECK(rbuf[0] == static_cast<char>(prev), "ring");
     }
     c->barrier();
   }));

@@ -23,6 +23,12 @@ namespace collectives {
 
 using Clock = std::chrono::steady_clock;
 
+// The segment's atomics are shared between processes: they must be plain
+// lock-free words (an address-based lock table is per process).
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<int32_t>::is_always_lock_free,
+              "shared-memory atomics must be lock-free");
+
 struct Communicator::OpDesc {
   uint64_t seq;
   uint64_t count;
@@ -41,6 +47,9 @@ struct alignas(128) Communicator::RankCtrl {
   // Double-buffered like the staging halves: desc[p%2] is written before
   // barrier p and read by everyone after it.
   OpDesc desc[2];
+  // Rung whenever one of this rank's mailboxes changes (data in, space
+  // freed), so that a batch of sends and receives can sleep on one word.
+  FutexSignal doorbell;
 };
 
 struct Communicator::Mailbox {
@@ -402,6 +411,7 @@ void Communicator::abortWith(FailureKind kind, const std::string& reason,
   // at most one wait slice.
   futexWakeAll(&hdr_->barrier.seq);
   futexWakeAll(&hdr_->join_sig.seq);
+  for (int r = 0; r < world_; ++r) futexWakeAll(&ctrl_[r].doorbell.seq);
   for (size_t i = 0; i < size_t(world_) * size_t(world_ - 1); ++i) {
     futexWakeAll(&boxes_[i].data.seq);
     futexWakeAll(&boxes_[i].space.seq);
@@ -989,51 +999,41 @@ char* Communicator::ring(int src, int dst) const {
                       p2p_bytes_;
 }
 
-void Communicator::push(int dst, const char* p, size_t n) {
+size_t Communicator::tryPush(int dst, const char* p, size_t n) {
   Mailbox& mb = mailbox(rank_, dst);
   char* r = ring(rank_, dst);
   const size_t cap = p2p_bytes_;
-  // Publish in quarters of the ring so the receiver drains while we fill.
-  const size_t piece = cap / 4;
   uint64_t head = mb.head.load(std::memory_order_relaxed);  // we own head
+  size_t done = 0;
   while (n) {
-    const size_t want = std::min(n, piece);
     const size_t space = cap - (head - mb.tail.load(std::memory_order_acquire));
-    if (space < want) {
-      waitUntil(
-          mb.space,
-          [&] {
-            return cap - (head - mb.tail.load(std::memory_order_acquire)) >=
-                   want;
-          },
-          [&] { return std::vector<int>{dst}; }, "for its receiver");
-      continue;
-    }
+    // Publish at most a quarter of the ring at a time, so the receiver
+    // drains while we fill; and wait for a useful amount of space.
+    const size_t want = std::min(n, cap / 4);
+    if (space < want) break;
     const size_t pos = head % cap;
-    const size_t k = std::min({want, space, cap - pos});
+    const size_t k = std::min({want, cap - pos});
     std::memcpy(r + pos, p, k);
     head += k;
     p += k;
     n -= k;
+    done += k;
     mb.head.store(head, std::memory_order_release);
     mb.data.notify();
+    ctrl_[dst].doorbell.notify();
   }
+  return done;
 }
 
-void Communicator::pop(int src, char* p, size_t n) {
+size_t Communicator::tryPop(int src, char* p, size_t n) {
   Mailbox& mb = mailbox(src, rank_);
   const char* r = ring(src, rank_);
   const size_t cap = p2p_bytes_;
   uint64_t tail = mb.tail.load(std::memory_order_relaxed);  // we own tail
+  size_t done = 0;
   while (n) {
     const size_t avail = mb.head.load(std::memory_order_acquire) - tail;
-    if (avail == 0) {
-      waitUntil(
-          mb.data,
-          [&] { return mb.head.load(std::memory_order_acquire) != tail; },
-          [&] { return std::vector<int>{src}; }, "for its sender");
-      continue;
-    }
+    if (avail == 0) break;
     const size_t pos = tail % cap;
     const size_t k = std::min({n, avail, cap - pos});
     if (p) {
@@ -1042,8 +1042,49 @@ void Communicator::pop(int src, char* p, size_t n) {
     }
     tail += k;
     n -= k;
+    done += k;
     mb.tail.store(tail, std::memory_order_release);
     mb.space.notify();
+    ctrl_[src].doorbell.notify();
+  }
+  return done;
+}
+
+bool Communicator::canPush(int dst, size_t n) const {
+  const Mailbox& mb = mailbox(rank_, dst);
+  const size_t cap = p2p_bytes_;
+  return cap - (mb.head.load(std::memory_order_relaxed) -
+                mb.tail.load(std::memory_order_acquire)) >=
+         std::min(n, cap / 4);
+}
+
+bool Communicator::canPop(int src) const {
+  const Mailbox& mb = mailbox(src, rank_);
+  return mb.head.load(std::memory_order_acquire) !=
+         mb.tail.load(std::memory_order_relaxed);
+}
+
+void Communicator::push(int dst, const char* p, size_t n) {
+  while (n) {
+    const size_t k = tryPush(dst, p, n);
+    p += k;
+    n -= k;
+    if (n && !k)
+      waitUntil(
+          mailbox(rank_, dst).space, [&] { return canPush(dst, n); },
+          [&] { return std::vector<int>{dst}; }, "for its receiver");
+  }
+}
+
+void Communicator::pop(int src, char* p, size_t n) {
+  while (n) {
+    const size_t k = tryPop(src, p, n);
+    if (p) p += k;
+    n -= k;
+    if (n && !k)
+      waitUntil(
+          mailbox(src, rank_).data, [&] { return canPop(src); },
+          [&] { return std::vector<int>{src}; }, "for its sender");
   }
 }
 
@@ -1081,6 +1122,119 @@ void Communicator::recv(void* buf, size_t bytes, int src, int tag) {
          {src});
   }
   pop(src, static_cast<char*>(buf), bytes);
+}
+
+void Communicator::exchange(const std::vector<P2POp>& ops) {
+  beginOp("sendRecv");
+  struct State {
+    MsgHeader hdr;
+    size_t moved = 0;  // header + payload bytes moved so far
+    bool done = false;
+  };
+  std::vector<State> st(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    if (op.peer < 0 || op.peer >= world_ || op.peer == rank_)
+      invalid("sendRecv: rank " + std::to_string(op.peer) +
+              " is not a peer of rank " + std::to_string(rank_));
+    if (op.bytes && !op.buf) invalid("sendRecv: null buffer");
+    st[i].hdr = MsgHeader{kMsgMagic, op.tag, op.bytes};
+  }
+  // Only the first unfinished op of each (direction, peer) may move: that
+  // keeps messages between two ranks in order.
+  auto active = [&](size_t i) {
+    if (st[i].done) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (!st[j].done && ops[j].is_send == ops[i].is_send &&
+          ops[j].peer == ops[i].peer)
+        return false;
+    return true;
+  };
+  std::string mismatch;
+  std::vector<int> mismatch_ranks;
+  constexpr size_t kHdr = sizeof(MsgHeader);
+  for (;;) {
+    bool all_done = true, moved = false;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!active(i)) {
+        all_done = all_done && st[i].done;
+        continue;
+      }
+      const P2POp& op = ops[i];
+      State& s = st[i];
+      size_t k = 0;
+      if (op.is_send) {
+        if (s.moved < kHdr)
+          k = tryPush(op.peer, reinterpret_cast<const char*>(&s.hdr) + s.moved,
+                      kHdr - s.moved);
+        else
+          k = tryPush(op.peer,
+                      static_cast<const char*>(op.buf) + (s.moved - kHdr),
+                      op.bytes - (s.moved - kHdr));
+        s.moved += k;
+        s.done = s.moved == kHdr + op.bytes;
+      } else {
+        if (s.moved < kHdr) {
+          k = tryPop(op.peer, reinterpret_cast<char*>(&s.hdr) + s.moved,
+                     kHdr - s.moved);
+          s.moved += k;
+          if (s.moved == kHdr) {
+            if (s.hdr.magic != kMsgMagic)
+              fail(FailureKind::kAborted,
+                   "sendRecv from rank " + std::to_string(op.peer) +
+                       ": corrupt mailbox",
+                   {op.peer});
+            if (s.hdr.tag != op.tag || s.hdr.bytes != op.bytes) {
+              if (mismatch.empty())
+                mismatch =
+                    "recv on rank " + std::to_string(rank_) + " expected " +
+                    std::to_string(op.bytes) + " bytes with tag " +
+                    std::to_string(op.tag) + " from rank " +
+                    std::to_string(op.peer) + ", but its next message has " +
+                    std::to_string(s.hdr.bytes) + " bytes with tag " +
+                    std::to_string(s.hdr.tag) + " (the message was dropped)";
+              mismatch_ranks.push_back(op.peer);
+            }
+          }
+        } else {
+          // A mismatched message is drained and dropped.
+          const bool drop = s.hdr.tag != op.tag || s.hdr.bytes != op.bytes;
+          k = tryPop(
+              op.peer,
+              drop ? nullptr : static_cast<char*>(op.buf) + (s.moved - kHdr),
+              s.hdr.bytes - (s.moved - kHdr));
+          s.moved += k;
+        }
+        s.done = s.moved >= kHdr && s.moved == kHdr + s.hdr.bytes;
+      }
+      moved = moved || k > 0;
+      all_done = all_done && s.done;
+    }
+    if (all_done) break;
+    if (moved) continue;
+    waitUntil(
+        ctrl_[rank_].doorbell,
+        [&] {
+          for (size_t i = 0; i < ops.size(); ++i) {
+            if (!active(i)) continue;
+            const P2POp& op = ops[i];
+            if (op.is_send ? canPush(op.peer, kHdr + op.bytes - st[i].moved)
+                           : canPop(op.peer))
+              return true;
+          }
+          return false;
+        },
+        [&] {
+          std::vector<int> m;
+          for (size_t i = 0; i < ops.size(); ++i)
+            if (active(i) &&
+                std::find(m.begin(), m.end(), ops[i].peer) == m.end())
+              m.push_back(ops[i].peer);
+          return m;
+        },
+        "for its send/recv peers");
+  }
+  if (!mismatch.empty()) fail(FailureKind::kMismatch, mismatch, mismatch_ranks);
 }
 
 }  // namespace collectives

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -41,7 +42,22 @@ int creatorOf(int fd, size_t size) {
 
 bool processAlive(int pid) {
   if (pid <= 0) return false;
-  return kill(pid, 0) == 0 || errno != ESRCH;
+  if (kill(pid, 0) != 0) return errno != ESRCH;  // EPERM: exists
+  // A process that died but was not reaped yet (a zombie) still answers
+  // kill(); its state in /proc says otherwise.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return true;  // no /proc: trust kill()
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold any).
+  const char* close_paren = std::strrchr(buf, ')');
+  if (!close_paren || close_paren[1] != ' ') return true;
+  const char state = close_paren[2];
+  return state != 'Z' && state != 'X' && state != 'x';
 }
 
 ShmSegment::~ShmSegment() { release(); }

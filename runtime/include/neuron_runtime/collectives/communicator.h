@@ -129,6 +129,19 @@ class Communicator {
   // the next message from `src` has this size and tag.
   void send(const void* buf, size_t bytes, int dst, int tag = 0);
   void recv(void* buf, size_t bytes, int src, int tag = 0);
+  // Runs several sends and receives at once, progressing all of them, so
+  // that large messages in both directions (or around a ring) cannot
+  // deadlock: what c10d's batch_isend_irecv needs. Ops to the same peer in
+  // the same direction still go in order. A size/tag mismatch drops that
+  // message, completes the rest, then throws kMismatch.
+  struct P2POp {
+    bool is_send;
+    int peer;
+    void* buf;  // read for sends
+    size_t bytes;
+    int tag = 0;
+  };
+  void exchange(const std::vector<P2POp>& ops);
   void barrier();
 
   // Makes every rank's current and future calls fail fast (kAborted; a rank
@@ -175,6 +188,12 @@ class Communicator {
   // --- p2p ---
   Mailbox& mailbox(int src, int dst) const;
   char* ring(int src, int dst) const;
+  // Move what fits now (never block); return the bytes moved.
+  size_t tryPush(int dst, const char* p, size_t n);
+  size_t tryPop(int src, char* p, size_t n);
+  bool canPush(int dst, size_t n) const;
+  bool canPop(int src) const;
+  // Block until all n bytes have moved.
   void push(int dst, const char* p, size_t n);
   void pop(int src, char* p, size_t n);
 

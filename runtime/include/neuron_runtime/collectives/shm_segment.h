@@ -84,7 +84,9 @@ class ShmSegment {
   bool unlinked_ = false;
 };
 
-// True if process `pid` exists (EPERM counts as existing).
+// True if process `pid` exists and has not exited (EPERM counts as existing;
+// a zombie does not). Pids are only meaningful within one pid namespace: all
+// ranks of a communicator must share it.
 bool processAlive(int pid);
 
 }  // namespace collectives
