@@ -819,6 +819,21 @@ TEST_P(CollectivesN, MismatchedCallsFailOnEveryRankAndLeaveItUsable) {
                          ReduceOp::kSum);
           },
           FailureKind::kMismatch, "allReduce");
+    // Per-rank counts that differ on one rank.
+    std::vector<size_t> counts(n, 10);
+    if (rank == 0) counts[n - 1] = 11;
+    std::vector<float> g(11 * n);
+    expectError(
+        [&] { c->allGatherV(v.data(), g.data(), counts, DataType::kFloat32); },
+        FailureKind::kMismatch, "per-rank counts");
+    // A dtype that differs.
+    expectError(
+        [&] {
+          c->allReduce(v.data(), v.data(), 8,
+                       rank == 1 ? DataType::kInt32 : DataType::kFloat32,
+                       ReduceOp::kMax);
+        },
+        FailureKind::kMismatch, "int32");
     std::fill(v.begin(), v.end(), 1.0f);
     c->allReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
                  ReduceOp::kSum);
@@ -888,7 +903,7 @@ TEST(CollectivesFailures, TimeoutNamesLateRankAndAbortsTheOthers) {
                           std::string::npos,
                   "%s", e.what());
     }
-    CHILD_CHECK(Clock::now() - t0 < milliseconds(1000), "slow timeout");
+    CHILD_CHECK(Clock::now() - t0 < milliseconds(3000), "slow timeout");
   }));
 }
 
@@ -906,7 +921,7 @@ TEST(CollectivesFailures, AbortMakesBlockedPeersFailFast) {
       std::vector<char> b(16);
       expectError([&] { c->recv(b.data(), 16, 0); }, FailureKind::kAborted,
                   "aborted by rank 0: test abort");
-      CHILD_CHECK(Clock::now() - t0 < milliseconds(1000), "slow abort");
+      CHILD_CHECK(Clock::now() - t0 < milliseconds(3000), "slow abort");
     }
   }));
 }

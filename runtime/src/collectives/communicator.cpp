@@ -599,7 +599,7 @@ void Communicator::reduceImpl(const void* in, void* out, size_t count,
 
   if (count * esz <= small_bytes_) {
     // Latency path: one copy in, one barrier, every writer reduces it all.
-    std::memcpy(half(rank_, nextHalf()), src, count * esz);
+    if (count) std::memcpy(half(rank_, nextHalf()), src, count * esz);
     postDesc(d);
     stepBarrier();
     checkDescs(d);
@@ -739,7 +739,7 @@ void Communicator::gatherImpl(const void* in, void* out,
     invalid(std::string(op_name_) + ": null buffer");
   const OpDesc d{++op_seq_,
                  displ[n],
-                 kind == kAllGatherV && root < 0 ? hashCounts(counts) : 0,
+                 hashCounts(counts),
                  root,
                  static_cast<uint8_t>(kind),
                  static_cast<uint8_t>(dtype),
