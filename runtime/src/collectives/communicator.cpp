@@ -319,7 +319,7 @@ void Communicator::join(const CommOptions& options) {
           if (ctrl_[r].pid.load(std::memory_order_acquire) == 0) m.push_back(r);
         return m;
       },
-      "to join");
+      "join");
   // Everyone has mapped the segment: remove its name now, so that nothing is
   // left in /dev/shm however the processes end.
   seg_.unlink();
@@ -425,7 +425,7 @@ bool Communicator::aborted() const {
 
 template <class Done, class Missing>
 void Communicator::waitUntil(FutexSignal& sig, Done done, Missing missing,
-                             const char* waiting_for) {
+                             const char* verb) {
   if (done()) return;
   // Short spin: a peer that is a few microseconds behind costs no system
   // call. With more ranks than CPUs a spinning waiter would steal the CPU of
@@ -465,7 +465,7 @@ void Communicator::waitUntil(FutexSignal& sig, Done done, Missing missing,
           gone.push_back(r);
           pids += (pids.empty() ? "" : ", ") + std::string("rank ") +
                   std::to_string(r) + " (pid " + std::to_string(pid) +
-                  (left ? ", destroyed its communicator)" : ", exited)");
+                  (left ? ") destroyed its communicator" : ") exited");
         }
       }
       if (!gone.empty())
@@ -473,7 +473,7 @@ void Communicator::waitUntil(FutexSignal& sig, Done done, Missing missing,
              std::string(op_name_) + " on rank " + std::to_string(rank_) +
                  " of " + std::to_string(world_) + " (communicator '" + name_ +
                  "'): " + pids + " while rank " + std::to_string(rank_) +
-                 " waited for it " + waiting_for,
+                 " waited for it to " + verb,
              gone);
       next_check = now + kWaitSlice;
     }
@@ -485,8 +485,9 @@ void Communicator::waitUntil(FutexSignal& sig, Done done, Missing missing,
            std::string(op_name_) + " on rank " + std::to_string(rank_) +
                " of " + std::to_string(world_) + " (communicator '" + name_ +
                "') timed out after " + std::to_string(ms.count()) +
-               " ms waiting " + waiting_for +
-               "; ranks that did not arrive: " + joinRanks(m),
+               " ms; ranks that did not " + verb + ": " + joinRanks(m) +
+               " (hung, busy elsewhere, or calling a different collective; "
+               "raise the timeout if they are just slow)",
            m);
     }
     sig.waiters.fetch_add(1, std::memory_order_seq_cst);
@@ -533,7 +534,7 @@ void Communicator::stepBarrier() {
             m.push_back(r);
         return m;
       },
-      "for its peers");
+      "arrive");
 }
 
 void Communicator::checkDescs(const OpDesc& d) {
@@ -1072,7 +1073,7 @@ void Communicator::push(int dst, const char* p, size_t n) {
     if (n && !k)
       waitUntil(
           mailbox(rank_, dst).space, [&] { return canPush(dst, n); },
-          [&] { return std::vector<int>{dst}; }, "for its receiver");
+          [&] { return std::vector<int>{dst}; }, "receive");
   }
 }
 
@@ -1084,7 +1085,7 @@ void Communicator::pop(int src, char* p, size_t n) {
     if (n && !k)
       waitUntil(
           mailbox(src, rank_).data, [&] { return canPop(src); },
-          [&] { return std::vector<int>{src}; }, "for its sender");
+          [&] { return std::vector<int>{src}; }, "send");
   }
 }
 
@@ -1232,7 +1233,7 @@ void Communicator::exchange(const std::vector<P2POp>& ops) {
               m.push_back(ops[i].peer);
           return m;
         },
-        "for its send/recv peers");
+        "send or receive");
   }
   if (!mismatch.empty()) fail(FailureKind::kMismatch, mismatch, mismatch_ranks);
 }

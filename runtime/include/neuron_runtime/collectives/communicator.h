@@ -171,9 +171,12 @@ class Communicator {
   [[noreturn]] void throwAborted();
   void abortWith(FailureKind kind, const std::string& reason,
                  const std::vector<int>& ranks);
+  // Waits until done(); `missing` lists the ranks being waited for (checked
+  // for liveness, named on timeout); `verb` is what they have not done yet
+  // ("arrive", "send", ...), for the messages.
   template <class Done, class Missing>
   void waitUntil(FutexSignal& sig, Done done, Missing missing,
-                 const char* waiting_for);
+                 const char* verb);
   // --- steps ---
   int nextHalf() const { return static_cast<int>((epoch_ + 1) & 1); }
   int curHalf() const { return static_cast<int>(epoch_ & 1); }
