@@ -1,12 +1,14 @@
 // Micro-benchmark of the shared-memory communicator (not a test): prints
 // all_reduce bus bandwidth (NCCL's definition: bytes * 2(n-1)/n / time) for
 // 2 and 4 forked ranks, next to single-core memcpy bandwidth measured in the
-// same run, so the ratios can be quoted.
+// same run, so the ratios can be quoted. Each figure is the best of three
+// runs; the ranks are forked processes, as in a real job.
 //
 //   collectives_bench [max_mib=64]
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -91,13 +93,21 @@ double timeAllReduce(int n, size_t bytes) {
 
 int main(int argc, char** argv) {
   const size_t max_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 64;
-  const double mc = memcpyBandwidth(max_mib << 20);
+  double mc = 0;
+  for (int rep = 0; rep < 3; ++rep)
+    mc = std::max(mc, memcpyBandwidth(max_mib << 20));
   std::printf("single-core memcpy (%zu MiB): %.2f GB/s\n", max_mib, mc / 1e9);
   std::printf("%-6s %-10s %-12s %-12s %-10s\n", "ranks", "bytes", "time/op",
               "busbw GB/s", "busbw/memcpy");
   for (int n : {2, 4}) {
     for (size_t bytes : {size_t{4}, size_t{1} << 20, max_mib << 20}) {
-      const double t = timeAllReduce(n, bytes);
+      // Best of three runs: other load on the machine only ever slows a
+      // run down.
+      double t = timeAllReduce(n, bytes);
+      for (int rep = 0; rep < 2; ++rep) {
+        const double u = timeAllReduce(n, bytes);
+        if (u > 0 && (t <= 0 || u < t)) t = u;
+      }
       const double bus = double(bytes) * 2.0 * (n - 1) / n / t;
       std::printf("%-6d %-10zu %9.2f us %-12.2f %.2f\n", n, bytes, t * 1e6,
                   bus / 1e9, bus / mc);
