@@ -875,6 +875,39 @@ TEST_P(CollectivesN, KilledPeerIsReportedQuicklyWithoutHang) {
   }
 }
 
+TEST_P(CollectivesN, PeerKilledInsideACollectiveIsReported) {
+  const int n = GetParam();
+  const int victim = n / 2;
+  auto status = runRanks(n, [&](int rank, const std::string& name) {
+    auto c =
+        Communicator::create(name, rank, n, testOptions(milliseconds(8000)));
+    std::vector<float> v(1 << 20, 1.0f);  // 4 MiB: many pipeline steps
+    if (rank == victim)
+      std::thread([] {
+        std::this_thread::sleep_for(milliseconds(150));
+        raise(SIGKILL);  // wherever the main thread is: mostly mid-collective
+      }).detach();
+    const auto t0 = Clock::now();
+    auto e = expectError(
+        [&] {
+          for (;;)
+            c->allReduce(v.data(), v.data(), v.size(), DataType::kFloat32,
+                         ReduceOp::kMax);
+        },
+        FailureKind::kPeerDied, "rank " + std::to_string(victim));
+    CHILD_CHECK(e.ranks() == std::vector<int>{victim}, "%s", e.what());
+    CHILD_CHECK(Clock::now() - t0 < milliseconds(5000), "too slow");
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_NE(status[r], -1) << "rank " << r << " hung";
+    if (r == victim)
+      EXPECT_TRUE(WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL);
+    else
+      EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)
+          << "rank " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesN, ::testing::Values(2, 3, 4));
 
 TEST(CollectivesFailures, TimeoutNamesLateRankAndAbortsTheOthers) {
