@@ -392,6 +392,25 @@ TEST(CollectivesHalf, BFloat16RoundsToNearestEven) {
   EXPECT_EQ(bf16ToFloat(0xC040), -3.0f);
 }
 
+TEST(CollectivesReduce, BlockConversionsMatchScalarOnes) {
+  // reduceInto may convert float16 with F16C; it must give the same bits as
+  // the scalar helpers for every half value, NaNs included.
+  std::vector<uint16_t> all(65536), out(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  const void* src[1] = {all.data()};
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    reduceInto(t, ReduceOp::kSum, out.data(), nullptr, src, 1, all.size(), 1,
+               1);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const uint16_t want =
+          t == DataType::kFloat16
+              ? floatToHalf(halfToFloat(static_cast<uint16_t>(h)))
+              : floatToBf16(bf16ToFloat(static_cast<uint16_t>(h)));
+      ASSERT_EQ(out[h], want) << dtypeName(t) << " " << h;
+    }
+  }
+}
+
 TEST(CollectivesReduce, RejectsUndefinedOps) {
   EXPECT_NE(checkReduce(DataType::kFloat32, ReduceOp::kBand), "");
   EXPECT_NE(checkReduce(DataType::kBFloat16, ReduceOp::kBxor), "");

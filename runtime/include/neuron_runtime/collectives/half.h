@@ -68,9 +68,11 @@ inline uint16_t floatToHalf(float f) {
   const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
   const uint32_t mantissa_bits = bits & 0x00000FFFu;
   const uint32_t nonsign = exp_bits + mantissa_bits;
+  // NaN: quiet, with the top payload bits (as F16C's vcvtps2ph does).
   const uint32_t nan =
       maskIf(static_cast<int32_t>(w & 0x7FFFFFFFu) > 0x7F800000);
-  return static_cast<uint16_t>((sign >> 16) | (0x7E00u & nan) |
+  const uint32_t nan_bits = 0x7E00u | ((w >> 13) & 0x3FFu);
+  return static_cast<uint16_t>((sign >> 16) | (nan_bits & nan) |
                                (nonsign & ~nan));
 }
 
