@@ -74,7 +74,8 @@ double timeAllReduce(int n, size_t bytes) {
       try {
         runRank(r, n, name, bytes, fds[1]);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        std::fprintf(stderr, "rank %d (%d ranks, %zu bytes): %s\n", r, n, bytes,
+                     e.what());
         _exit(1);
       }
       _exit(0);

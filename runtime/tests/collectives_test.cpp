@@ -929,6 +929,20 @@ TEST_P(CollectivesN, PeerKilledInsideACollectiveIsReported) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesN, ::testing::Values(2, 3, 4));
 
+TEST(CollectivesFailures, PeersLeavingRightAfterTheLastBarrierAreNotReported) {
+  // Regression: a rank that saw a peer as missing, and then saw it gone
+  // (it had arrived, passed the barrier and destroyed its communicator in
+  // between), reported it as dead. Many short jobs make the window likely.
+  for (int job = 0; job < 60; ++job)
+    expectAllOk(runRanks(4, [&](int rank, const std::string& name) {
+      auto c = Communicator::create(name, rank, 4, testOptions());
+      float x = 1;
+      for (int i = 0; i < 300; ++i)
+        c->allReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kMax);
+      c->barrier();
+    }));
+}
+
 TEST(CollectivesFailures, TimeoutNamesLateRankAndAbortsTheOthers) {
   expectAllOk(runRanks(3, [&](int rank, const std::string& name) {
     auto c =

@@ -456,18 +456,34 @@ void Communicator::waitUntil(FutexSignal& sig, Done done, Missing missing,
     if (hdr_->abort_by.load(std::memory_order_acquire)) throwAborted();
     const auto now = Clock::now();
     if (now >= next_check) {
-      std::vector<int> gone;
-      std::string pids;
-      for (int r : missing()) {
+      auto isGone = [&](int r) {
         const int pid = ctrl_[r].pid.load(std::memory_order_acquire);
-        const bool left = ctrl_[r].left.load(std::memory_order_acquire);
-        if (left || (pid != 0 && !processAlive(pid))) {
-          gone.push_back(r);
-          pids += (pids.empty() ? "" : ", ") + std::string("rank ") +
-                  std::to_string(r) + " (pid " + std::to_string(pid) +
-                  (left ? ") destroyed its communicator" : ") exited");
-        }
+        return ctrl_[r].left.load(std::memory_order_acquire) ||
+               (pid != 0 && !processAlive(pid));
+      };
+      std::vector<int> gone;
+      for (int r : missing())
+        if (isGone(r)) gone.push_back(r);
+      // A rank may have arrived and then left or exited between missing()
+      // and isGone(): it is gone only if it is still missing now that we
+      // know it can no longer arrive.
+      if (!gone.empty()) {
+        if (done()) return;
+        const std::vector<int> still = missing();
+        gone.erase(std::remove_if(gone.begin(), gone.end(),
+                                  [&](int r) {
+                                    return std::find(still.begin(), still.end(),
+                                                     r) == still.end();
+                                  }),
+                   gone.end());
       }
+      std::string pids;
+      for (int r : gone)
+        pids += (pids.empty() ? "" : ", ") + std::string("rank ") +
+                std::to_string(r) + " (pid " +
+                std::to_string(ctrl_[r].pid.load()) +
+                (ctrl_[r].left.load() ? ") destroyed its communicator"
+                                      : ") exited");
       if (!gone.empty())
         fail(FailureKind::kPeerDied,
              std::string(op_name_) + " on rank " + std::to_string(rank_) +
