@@ -25,6 +25,12 @@
 // that sees it first sets the segment's abort flag so that every other rank
 // fails fast, and later calls on this communicator throw at once.
 //
+// Waiting: a short spin (that also yields, in case a peer shares our CPU),
+// then FUTEX_WAIT on a word in the segment in 10 ms slices; between slices
+// the waiter checks the abort flag, its deadline, and whether the ranks it
+// waits for are still alive (kill(pid, 0) and /proc, so zombies count as
+// dead) or have destroyed their communicator.
+//
 // Threads: one thread at a time may run collectives and send/recv on a
 // communicator; abort() may be called from any thread at any time.
 #pragma once
@@ -59,8 +65,8 @@ struct CommOptions {
   // large worlds to keep the total near 64 MiB. Taken from rank 0.
   size_t p2p_bytes = 0;
   // Busy-wait before sleeping on a futex, in microseconds; -1: 50 us when
-  // there are at least as many CPUs as ranks, else none (waits must yield
-  // the CPU to the rank that has work).
+  // there are at least as many CPUs as ranks, else none (one sched_yield:
+  // waits must leave the CPU to the rank that has work).
   int spin_us = -1;
   // Rank 0 removes stale segments of dead jobs before creating its own.
   bool cleanup_stale = true;
@@ -75,6 +81,9 @@ class Communicator {
   static std::unique_ptr<Communicator> create(const std::string& name, int rank,
                                               int world_size,
                                               const CommOptions& options = {});
+  // Marks this rank as gone, so that peers still waiting for it fail at once
+  // (kPeerDied) instead of timing out. The segment is already unlinked; the
+  // mapping goes with the last process.
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
