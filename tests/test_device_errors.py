@@ -18,6 +18,20 @@ def _clean_device():
     N.synchronize()  # raises if an error of the test was left unreported
 
 
+@pytest.fixture(autouse=True)
+def _signatures_validated():
+    # The first call of each argument signature is validated: the host waits
+    # for it and raises at the call (README, "Errors at the call"), so it is
+    # also a sync point for errors still pending. The deferred errors below
+    # come from calls whose signatures already ran.
+    x = torch.randn(5, 3, device="neuron")
+    y = torch.index_select(x, 0, torch.tensor([0, 1], device="neuron"))
+    (y * y).sum().item()
+    torch.gather(x, 0, torch.tensor([[1, 0, 0]], device="neuron"))
+    F.embedding(torch.tensor([1, 2], device="neuron"), torch.randn(4, 2, device="neuron"))
+    N.synchronize()
+
+
 def _bad_index_select():
     x = torch.randn(5, 3, device="neuron")
     return torch.index_select(x, 0, torch.tensor([0, 7], device="neuron"))

@@ -252,6 +252,10 @@ _RS_BYTES = _RS_NUMEL * 4
 
 def _use_on_busy_side_stream(busy_fn):
     N.empty_cache()
+    # add_'s first call with this signature is validated (the host waits for
+    # it); the one on the side stream below must only be queued.
+    torch.ones(4, device="neuron").add_(1)
+    N.synchronize()
     side = N.Stream()
     t = torch.ones(_RS_NUMEL, device="neuron")
     side.wait_stream(N.current_stream())

@@ -15,9 +15,22 @@ import torch
 N = torch.neuron
 
 
-@pytest.fixture(autouse=True)
-def _idle_device():
+def _validate_signatures(busy_fn):
+    # The first call of each argument signature is validated: the host waits
+    # for it (README, "Errors at the call"). The tests below check that later
+    # calls are only queued, so the signatures they use run once first.
+    b = busy_fn(1)
+    ((b @ b).relu() + b).mul_(2)
+    for n in (2, 4):
+        x = torch.ones(n, device="neuron")
+        x.add_(torch.ones(n, device="neuron"))
+        x.mul_(torch.ones(n, device="neuron"))
     N.synchronize()
+
+
+@pytest.fixture(autouse=True)
+def _idle_device(busy_fn):
+    _validate_signatures(busy_fn)
     yield
     N.set_stream(N.default_stream())
     N.synchronize()
@@ -65,12 +78,18 @@ def test_results_of_async_chain_match_cpu():
     ids=["add_int", "mul__float", "add_alpha"],
 )
 def test_python_scalar_ops_are_asynchronous(busy_fn, op):
+    # The first call of an argument signature is validated (the host waits for
+    # it: README, "Errors at the call"); the calls after it must be queued.
+    op(torch.ones(4, 4, device="neuron"))
+    N.synchronize()
     b = busy_fn(12)
     op(b)
     assert not N.current_stream().query(), "op with a Python scalar ran synchronously"
 
 
 def test_cpu_scalar_tensor_ops_are_asynchronous(busy_fn):
+    torch.ones(4, 4, device="neuron") * torch.tensor(2.0)  # signature validated
+    N.synchronize()
     b = busy_fn(12)
     c = b * torch.tensor(2.0)
     assert not N.current_stream().query()

@@ -187,12 +187,9 @@ def strides(reason: str) -> XFail:
     return XFail(reason, phases=("strides",))
 
 
-# Error inputs ("errors" phase): CUDA raises each of these at the call.
-LATE = "backend bug: raised only at the next sync (checked inside the CPU kernel, in the work item)"
-
-
-def errors(reason: str) -> XFail:
-    return XFail(reason, phases=("errors",))
+# Error inputs ("errors" phase): every error CUDA raises at the call is raised
+# at the call on neuron (aten/first_call_validation.h, aten/call_checks.h), so
+# none is expected to fail.
 
 
 EXPECTED_FAILURES: dict[str, XFail | tuple[XFail, ...]] = {
@@ -215,24 +212,4 @@ EXPECTED_FAILURES: dict[str, XFail | tuple[XFail, ...]] = {
     **{
         op: XFail(FFT_HALF, phases=("dtypes",), dtypes=frozenset({torch.float16})) for op in FFT_OPS
     },
-    "complex": (
-        errors(
-            LATE + ": complex(float32, float64) 'Expected object of scalar type Float but "
-            "got scalar type Double for second argument' (and the Double/Float twin)"
-        ),
-    ),
-    # Error inputs.
-    "bernoulli": errors(LATE + ": out= overlapping its input ('unsupported operation')"),
-    "bucketize": errors(LATE + ": 'boundaries tensor must be 1 dimension'"),
-    "masked_fill": errors(LATE + ": 'value cannot be converted to type ... without overflow'"),
-    "masked_scatter": errors(LATE + ": 'masked_scatter_ only supports boolean masks'"),
-    "masked_select": errors(LATE + ": out= overlapping its input ('unsupported operation')"),
-    "multinomial": errors(LATE + ": the argument checks (dtype, dim, num_samples, ...)"),
-    "nn.functional.gelu": errors(LATE + ": 'approximate argument must be either none or tanh'"),
-    "take": errors(LATE + ": out= overlapping its input ('unsupported operation')"),
-    "uniform": errors(LATE + ": 'uniform_ expects to return a [from, to) range'"),
-    "index_select": errors(
-        "backend bug: index_select with out= overlapping its input never raises "
-        "('unsupported operation' on CPU and CUDA): the internal-overlap check is missing"
-    ),
 }

@@ -16,8 +16,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aten/call_checks.h"
 #include "aten/cpu_alias.h"
 #include "aten/dtype_widening.h"
+#include "aten/first_call_validation.h"
 #include "aten/ivalue_tensors.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
@@ -46,6 +48,8 @@ struct OpTraits {
   void (*adjust_meta)(CachedMeta&, const std::vector<IValue>&) = nullptr;
   // Dtypes computed in a wider dtype (dtype_widening.h).
   uint64_t widen_mask = 0;
+  // Host checks of argument values (call_checks.h).
+  CallCheck call_check = nullptr;
   std::atomic<uint32_t> noted{
       0};  // op-stats generation this op was last recorded in
   bool tensor_returns_only = true;
@@ -101,6 +105,7 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   t.name = schema.operator_name().name;
   t.meta_differs = metaDiffersFromCpu(t.name);
   t.widen_mask = widenedDtypes(op);
+  t.call_check = callCheckFor(schema);
   if (t.name == "aten::native_layer_norm")
     t.adjust_meta = &layerNormStatsInInputDtype;
   if (t.name == "aten::multi_margin_loss" ||
@@ -199,10 +204,6 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
   }
 }
 
-void runCpu(CpuCall& call) {
-  runOnDevice([&] { call.op.callBoxed(call.args); });
-}
-
 // TORCH_NEURONX_LOG_SYNC_OPS=1 prints why an op took the synchronous path
 // (once per op): a debugging aid for ops that stall the pipeline.
 void explainSynchronous(OpTraits& traits, const char* why) {
@@ -259,13 +260,14 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/true, traits);
   // The host waits anyway: an error of the kernel is raised here, as the
   // exception the kernel threw (IndexError, ValueError, ...), not as a device
-  // error at a later sync — and the stream is not poisoned by it.
-  auto failure = std::make_shared<std::exception_ptr>();
-  launch(device, traits.name.c_str(), [call, failure] {
-    *failure = runOnDeviceCapturing([&] { call->op.callBoxed(call->args); });
+  // error at a later sync — and the stream is not poisoned by it. Its
+  // warnings are raised here too.
+  auto result = std::make_shared<ValidationResult>();
+  launch(device, traits.name.c_str(), [call, result] {
+    runOnDeviceInto(result, [&] { call->op.callBoxed(call->args); });
   });
   synchronizeStream(currentStream(device));
-  if (*failure) std::rethrow_exception(*failure);
+  raiseAtCall(*result);
   torch::jit::Stack& results = call->args;
   const size_t nret = schema.returns().size();
   TORCH_INTERNAL_ASSERT(results.size() == nret);
@@ -360,6 +362,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     });
   }
   noteExecutedOnce(traits.name.c_str(), traits.noted);
+  if (traits.call_check) traits.call_check(args);
 
   if (widen) {
     std::copy(args.begin(), args.end(), stack->end() - nargs);
@@ -379,6 +382,14 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   bool cacheable = key.build(&schema, args);
   const CachedMeta* cached = cacheable ? findCachedMeta(key) : nullptr;
   CachedMeta computed;
+  // A new argument signature runs as a validating item (see
+  // first_call_validation.h); only new metadata can mean a new signature.
+  MetaCacheKey signature;
+  bool validate = false;
+  if (!cached && cacheable) {
+    signature.build(&schema, args, KeyKind::kSignature);
+    validate = shouldValidate(signature);
+  }
   if (!cached) {
     MetaMirror mirror;
     torch::jit::Stack meta_stack;
@@ -480,9 +491,11 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
       targets->emplace_back(i, mapTensors(outs[i], [&](const at::Tensor& t) {
                               return call->aliases.alias(t);
                             }));
-    launch(device, traits.name.c_str(), [call, targets] {
-      runCpu(*call);
-      runOnDevice([&] {
+    FailureSlot failure;
+    if (validate) failure = std::make_shared<ValidationResult>();
+    launch(device, traits.name.c_str(), [call, targets, failure] {
+      runOnDeviceInto(failure, [&] {
+        call->op.callBoxed(call->args);
         for (auto& [i, target] : *targets) {
           const IValue& result = call->args[i];
           if (target.isTensor()) {
@@ -497,6 +510,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
         }
       });
     });
+    if (failure) finishValidation(device, failure, signature, key);
   }
 
   torch::jit::drop(*stack, nargs);

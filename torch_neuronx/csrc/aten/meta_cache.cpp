@@ -64,9 +64,14 @@ void MetaCacheKey::addTensor(const at::Tensor& t) {
                    t.device().index());
   words_.push_back(t.unsafeGetTensorImpl()->is_wrapped_number());
   words_.push_back(t.dim());
-  for (int64_t s : t.sizes()) words_.push_back(s);
-  for (int64_t s : t.strides()) words_.push_back(s);
-  words_.push_back(t.storage_offset());
+  if (signature_) {
+    // Whether elements overlap (an expanded output is an error).
+    words_.push_back(t.is_non_overlapping_and_dense());
+  } else {
+    for (int64_t s : t.sizes()) words_.push_back(s);
+    for (int64_t s : t.strides()) words_.push_back(s);
+    words_.push_back(t.storage_offset());
+  }
   // Which earlier argument shares this tensor's storage (aliasing changes
   // what Meta kernels return: views, overlap errors).
   const void* s = t.storage().unsafeGetStorageImpl();
@@ -87,15 +92,17 @@ bool MetaCacheKey::add(const c10::IValue& v) {
     words_.push_back(v.toInt());
   } else if (v.isDouble()) {
     words_.push_back(kDouble);
-    words_.push_back(bitsOf(v.toDouble()));
+    if (!signature_) words_.push_back(bitsOf(v.toDouble()));
   } else if (v.isBool()) {
     words_.push_back(kBool);
     words_.push_back(v.toBool());
   } else if (v.isComplexDouble()) {
     auto c = v.toComplexDouble();
     words_.push_back(kComplex);
-    words_.push_back(bitsOf(c.real()));
-    words_.push_back(bitsOf(c.imag()));
+    if (!signature_) {
+      words_.push_back(bitsOf(c.real()));
+      words_.push_back(bitsOf(c.imag()));
+    }
   } else if (v.isString()) {
     words_.push_back(kString);
     words_.push_back(
@@ -109,7 +116,8 @@ bool MetaCacheKey::add(const c10::IValue& v) {
     words_.push_back(kDoubleList);
     auto l = v.toDoubleList();
     words_.push_back(static_cast<int64_t>(l.size()));
-    for (double x : l) words_.push_back(bitsOf(x));
+    if (!signature_)
+      for (double x : l) words_.push_back(bitsOf(x));
   } else if (v.isBoolList()) {
     words_.push_back(kBoolList);
     auto l = v.toBoolList();
@@ -142,16 +150,19 @@ bool MetaCacheKey::add(const c10::IValue& v) {
   return true;
 }
 
-void MetaCacheKey::start(const void* op) {
+void MetaCacheKey::start(const void* op, KeyKind kind) {
   words_.clear();
   storages_.clear();
+  signature_ = kind == KeyKind::kSignature;
   words_.push_back(reinterpret_cast<int64_t>(op));
   // Factories without a dtype follow the default dtype.
   words_.push_back(
       static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
 }
 
-void MetaCacheKey::addDouble(double d) { words_.push_back(bitsOf(d)); }
+void MetaCacheKey::addDouble(double d) {
+  words_.push_back(signature_ ? kDouble : bitsOf(d));
+}
 
 void MetaCacheKey::addScalar(const c10::Scalar& s) {
   // The scalar's kind and value both matter (int ** 2 stays int, int ** 2.5
@@ -165,19 +176,22 @@ void MetaCacheKey::addScalar(const c10::Scalar& s) {
   } else if (s.isComplex()) {
     auto c = s.toComplexDouble();
     words_.push_back(kComplex);
-    words_.push_back(bitsOf(c.real()));
-    words_.push_back(bitsOf(c.imag()));
+    if (!signature_) {
+      words_.push_back(bitsOf(c.real()));
+      words_.push_back(bitsOf(c.imag()));
+    }
   } else if (s.isFloatingPoint()) {
     words_.push_back(kDouble);
-    words_.push_back(bitsOf(s.toDouble()));
+    if (!signature_) words_.push_back(bitsOf(s.toDouble()));
   } else {
     words_.push_back(kSymbolic);
     words_.push_back(reinterpret_cast<int64_t>(&s));  // never matches again
   }
 }
 
-bool MetaCacheKey::build(const void* op, const std::vector<c10::IValue>& args) {
-  start(op);
+bool MetaCacheKey::build(const void* op, const std::vector<c10::IValue>& args,
+                         KeyKind kind) {
+  start(op, kind);
   for (const auto& v : args)
     if (!add(v)) return false;
   return true;
@@ -194,5 +208,7 @@ void storeCachedMeta(const MetaCacheKey& key, CachedMeta meta) {
   if (c.size() >= kMaxEntries) c.clear();
   c.emplace(key.words(), std::move(meta));
 }
+
+void forgetCachedMeta(const MetaCacheKey& key) { cache().erase(key.words()); }
 
 }  // namespace torch_neuronx

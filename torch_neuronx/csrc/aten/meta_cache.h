@@ -30,15 +30,26 @@ struct CachedMeta {
   std::vector<std::vector<TensorMeta>> returns;
 };
 
+// Which facts about the arguments a key encodes.
+enum class KeyKind {
+  // Everything the output metadata depends on: geometry and values.
+  kMeta,
+  // An argument signature (first_call_validation.h): dtypes, ranks, memory
+  // overlap, integer/bool/string values — no sizes, strides or
+  // floating-point values, which vary from call to call in a training loop.
+  kSignature,
+};
+
 class MetaCacheKey {
  public:
   // Encodes the arguments; false if some argument cannot be encoded (the op
   // is then not cached).
-  bool build(const void* op, const std::vector<c10::IValue>& args);
+  bool build(const void* op, const std::vector<c10::IValue>& args,
+             KeyKind kind = KeyKind::kMeta);
   const std::vector<int64_t>& words() const { return words_; }
 
   // Piecewise encoding, for callers with unboxed arguments.
-  void start(const void* op);
+  void start(const void* op, KeyKind kind = KeyKind::kMeta);
   void addTensor(const at::Tensor& t);
   void addWord(int64_t w) { words_.push_back(w); }
   void addDouble(double d);
@@ -48,10 +59,12 @@ class MetaCacheKey {
   bool add(const c10::IValue& v);
   std::vector<int64_t> words_;
   std::vector<const void*> storages_;
+  bool signature_ = false;
 };
 
 // Thread-local, bounded: lookups take no lock.
 const CachedMeta* findCachedMeta(const MetaCacheKey& key);
 void storeCachedMeta(const MetaCacheKey& key, CachedMeta meta);
+void forgetCachedMeta(const MetaCacheKey& key);
 
 }  // namespace torch_neuronx

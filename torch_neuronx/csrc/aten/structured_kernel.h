@@ -25,6 +25,7 @@
 
 #include "aten/cpu_alias.h"
 #include "aten/dtype_widening.h"
+#include "aten/first_call_validation.h"
 #include "aten/meta_cache.h"
 #include "aten/op_args.h"
 #include "aten/op_stats.h"
@@ -200,6 +201,33 @@ struct Arg<std::optional<c10::string_view>> {
 template <typename T>
 using ArgOf = Arg<std::decay_t<T>>;
 
+// ---- errors at the call (first_call_validation.h)
+
+// The signature of the call being made on this thread.
+inline MetaCacheKey& signatureKey() {
+  thread_local MetaCacheKey k;
+  return k;
+}
+
+// On a metadata-cache miss: a slot for the work item's error if the call's
+// argument signature was never validated, else null.
+template <typename... Args>
+FailureSlot validationSlot(const char* name, const Args&... args) {
+  MetaCacheKey& sig = signatureKey();
+  sig.start(name, KeyKind::kSignature);
+  (ArgOf<Args>::key(sig, args), ...);
+  if (!shouldValidate(sig)) return nullptr;
+  return std::make_shared<ValidationResult>();
+}
+
+// Queues a fast-path item; a validating one is waited for and raises here.
+inline void launchHeld(c10::DeviceIndex device, const char* name,
+                       neuron_rt::TaskPtr work, const FailureSlot& failure,
+                       const MetaCacheKey& meta_key) {
+  launchTask(device, name, std::move(work));
+  if (failure) finishValidation(device, failure, signatureKey(), meta_key);
+}
+
 // ---- dtypes the CPU kernel lacks (dtype_widening.h)
 
 template <typename T>
@@ -327,6 +355,7 @@ struct HeldWork final : neuron_rt::Task {
   AliasPlan plan;
   std::tuple<typename ArgOf<Args>::Held...> args;
   Out out{};
+  FailureSlot failure;  // set when the host validates this call
   void (*body)(HeldWork&) = nullptr;
   void run() override { body(*this); }
 };
@@ -356,6 +385,7 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
     key.start(Name);
     (ArgOf<Args>::key(key, args), ...);
     Ret out;
+    FailureSlot failure;
     if (const CachedMeta* cached = findCachedMeta(key)) {
       out = AllocFromCache<Ret>::make(*cached, device);
     } else {
@@ -365,20 +395,22 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
       describeOut(meta_out, fresh);
       storeCachedMeta(key, std::move(fresh));
       out = allocLike(meta_out, device);
+      failure = validationSlot<Args...>(Name, args...);
     }
     using OutIndex = decltype(aliasOut(std::declval<AliasPlan&>(), out));
     using Work = HeldWork<OutIndex, Args...>;
     auto work = std::make_unique<Work>();
     work->args = {ArgOf<Args>::hold(work->plan, args)...};
     work->out = aliasOut(work->plan, out);
+    work->failure = failure;
     work->body = [](Work& w) {
-      runOnDevice([&] {
+      runOnDeviceInto(w.failure, [&] {
         Built built = w.plan.build();
         runKeepingViewBits(
             built, [&] { run(built, w, std::index_sequence_for<Args...>{}); });
       });
     };
-    launchTask(device, Name, std::move(work));
+    launchHeld(device, Name, std::move(work), failure, key);
     return out;
   }
 
@@ -423,24 +455,27 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
     key.start(Name);
     key.addTensor(self);
     (ArgOf<Rest>::key(key, rest), ...);
+    FailureSlot failure;
     if (!findCachedMeta(key)) {
       MetaMirror mm;
       at::Tensor meta_self = mm(self);
       MetaFn(meta_self, ArgOf<Rest>::meta(mm, rest)...);
       storeCachedMeta(key, CachedMeta{});
+      failure = validationSlot<at::Tensor, Rest...>(Name, self, rest...);
     }
     using Work = HeldWork<int, Rest...>;
     auto work = std::make_unique<Work>();
     work->out = work->plan.add(self);
     work->args = {ArgOf<Rest>::hold(work->plan, rest)...};
+    work->failure = failure;
     work->body = [](Work& w) {
-      runOnDevice([&] {
+      runOnDeviceInto(w.failure, [&] {
         Built built = w.plan.build();
         runKeepingViewBits(
             built, [&] { run(built, w, std::index_sequence_for<Rest...>{}); });
       });
     };
-    launchTask(device, Name, std::move(work));
+    launchHeld(device, Name, std::move(work), failure, key);
     return self;
   }
 

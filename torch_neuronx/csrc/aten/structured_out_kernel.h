@@ -67,22 +67,25 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
     // each time, as on CPU.
     if (geometry && resizesNonEmpty(*geometry, args...)) geometry = nullptr;
     CachedMeta fresh;
+    FailureSlot failure;
     if (!geometry) {
       fresh = runMeta(Seq{}, args...);
       storeCachedMeta(key, fresh);
       geometry = &fresh;
+      failure = validationSlot<Args...>(Name, args...);
     }
     giveGeometries(*geometry, Seq{}, args...);
     using Work = HeldWork<int, Args...>;
     auto work = std::make_unique<Work>();
     work->args = {ArgOf<Args>::hold(work->plan, args)...};
+    work->failure = failure;
     work->body = [](Work& w) {
-      runOnDevice([&] {
+      runOnDeviceInto(w.failure, [&] {
         Built built = w.plan.build();
         runKeepingViewBits(built, [&] { run(built, w.args, Seq{}); });
       });
     };
-    launchTask(device, Name, std::move(work));
+    launchHeld(device, Name, std::move(work), failure, key);
     return results(std::forward_as_tuple(args...));
   }
 

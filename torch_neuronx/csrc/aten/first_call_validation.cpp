@@ -1,0 +1,50 @@
+#include "aten/first_call_validation.h"
+
+#include <unordered_set>
+#include <vector>
+
+#include "core/stream.h"
+
+namespace torch_neuronx {
+namespace {
+
+constexpr size_t kMaxSignatures = 16384;
+
+struct WordsHash {
+  size_t operator()(const std::vector<int64_t>& w) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t x : w) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
+    return h;
+  }
+};
+
+using Validated = std::unordered_set<std::vector<int64_t>, WordsHash>;
+
+Validated& validated() {
+  thread_local Validated v;
+  return v;
+}
+
+}  // namespace
+
+bool shouldValidate(const MetaCacheKey& signature) {
+  return !launchBlocking() && validated().count(signature.words()) == 0;
+}
+
+void raiseAtCall(const ValidationResult& result) {
+  for (const c10::Warning& w : result.warnings) c10::warn(w);
+  if (result.error) std::rethrow_exception(result.error);
+}
+
+void finishValidation(c10::DeviceIndex device, const FailureSlot& slot,
+                      const MetaCacheKey& signature,
+                      const MetaCacheKey& meta_key) {
+  synchronizeStream(currentStream(device));
+  if (slot->error) forgetCachedMeta(meta_key);
+  raiseAtCall(*slot);
+  Validated& v = validated();
+  if (v.size() >= kMaxSignatures) v.clear();
+  v.insert(signature.words());
+}
+
+}  // namespace torch_neuronx
