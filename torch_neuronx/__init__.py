@@ -60,6 +60,11 @@ torch.utils.generate_methods_for_privateuse1_backend(
 
 from . import amp  # noqa: E402
 
+# torch.distributed's `neuron` backend.
+from . import distributed  # noqa: E402
+
+distributed.register()
+
 amp._set_default_autocast_dtype()
 
 # Shims for libraries that do not know the device yet (safetensors' device names).

@@ -21,6 +21,7 @@ namespace torch_neuronx {
 void registerBackend();
 void bindHostMemory(py::module_& m);
 void bindMemory(py::module_& m);
+void bindDistributed(py::module_& m);
 }  // namespace torch_neuronx
 
 namespace {
@@ -69,9 +70,14 @@ py::list drainTrace() {
 
 PYBIND11_MODULE(_C, m) {
   registerBackend();
-  py::register_exception_translator([](std::exception_ptr p) {
+  // Local: torch's own bindings keep their translations.
+  py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const c10::DistBackendError& e) {
+      py::object type =
+          py::module_::import("torch.distributed").attr("DistBackendError");
+      PyErr_SetString(type.ptr(), e.what_without_backtrace());
     } catch (const c10::IndexError& e) {
       PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
     } catch (const c10::OutOfMemoryError& e) {
@@ -162,4 +168,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_trace_drain", &drainTrace);
   bindHostMemory(m);
   bindMemory(m);
+  bindDistributed(m);
 }

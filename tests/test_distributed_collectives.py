@@ -1,0 +1,30 @@
+"""torch.distributed on neuron: the `neuron` backend's collectives, run as real
+multi-process jobs (one interpreter per rank, bounded in time)."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from dist_jobs.launch import check_all_ok, run_ranks
+
+HERE = Path(__file__).parent / "dist_jobs"
+
+
+def test_backend_is_registered_for_the_neuron_device():
+    assert "neuron" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map["neuron"] == "neuron"
+    assert dist.Backend.backend_capability["neuron"] == ["neuron"]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_every_collective_on_every_dtype(world):
+    outs = check_all_ok(run_ranks(str(HERE / "collectives_worker.py"), world, timeout=300))
+    for out in outs:
+        assert "DONE" in out and ", 0 failed" in out, out
+
+
+def test_no_shared_memory_left_behind():
+    run_ranks(str(HERE / "collectives_worker.py"), 2, timeout=300)
+    left = [n for n in os.listdir("/dev/shm") if n.startswith("tnx-")]
+    assert not left, left

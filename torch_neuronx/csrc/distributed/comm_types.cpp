@@ -1,0 +1,97 @@
+#include "distributed/comm_types.h"
+
+#include <c10/util/Exception.h>
+
+namespace torch_neuronx {
+
+std::optional<CommElement> reducibleAs(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return CommElement{coll::DataType::kFloat32};
+    case at::kDouble:
+      return CommElement{coll::DataType::kFloat64};
+    case at::kHalf:
+      return CommElement{coll::DataType::kFloat16};
+    case at::kBFloat16:
+      return CommElement{coll::DataType::kBFloat16};
+    case at::kChar:
+      return CommElement{coll::DataType::kInt8};
+    case at::kShort:
+      return CommElement{coll::DataType::kInt16};
+    case at::kInt:
+      return CommElement{coll::DataType::kInt32};
+    case at::kLong:
+      return CommElement{coll::DataType::kInt64};
+    case at::kByte:
+      return CommElement{coll::DataType::kUInt8};
+    case at::kBool:
+      return CommElement{coll::DataType::kBool};
+    case at::kComplexFloat:
+      return CommElement{coll::DataType::kFloat32, 2};
+    case at::kComplexDouble:
+      return CommElement{coll::DataType::kFloat64, 2};
+    case at::kComplexHalf:
+      return CommElement{coll::DataType::kFloat16, 2};
+    default:
+      return std::nullopt;
+  }
+}
+
+coll::ReduceOp commReduceOp(const c10d::ReduceOp& op, at::ScalarType t) {
+  const bool floating = at::isFloatingType(t) || at::isComplexType(t);
+  const bool complex = at::isComplexType(t);
+  auto unsupported = [&](const char* why) {
+    C10_THROW_ERROR(DistBackendError, c10::str("neuron backend: reduce op ",
+                                               static_cast<int>(op.op_), " ",
+                                               why, " (dtype ", t, ")"));
+  };
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return coll::ReduceOp::kSum;
+    case c10d::ReduceOp::AVG:
+      if (!floating) unsupported("(AVG) supports floating-point dtypes only");
+      return coll::ReduceOp::kAvg;
+    case c10d::ReduceOp::PREMUL_SUM:
+      if (!floating)
+        unsupported("(PREMUL_SUM) supports floating-point dtypes only");
+      if (complex) unsupported("(PREMUL_SUM) does not support complex dtypes");
+      return coll::ReduceOp::kPremulSum;
+    case c10d::ReduceOp::PRODUCT:
+      if (complex) unsupported("(PRODUCT) does not support complex dtypes");
+      return coll::ReduceOp::kProduct;
+    case c10d::ReduceOp::MIN:
+      if (complex) unsupported("(MIN) does not support complex dtypes");
+      return coll::ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      if (complex) unsupported("(MAX) does not support complex dtypes");
+      return coll::ReduceOp::kMax;
+    case c10d::ReduceOp::BAND:
+      if (floating) unsupported("(BAND) supports integer and bool dtypes only");
+      return coll::ReduceOp::kBand;
+    case c10d::ReduceOp::BOR:
+      if (floating) unsupported("(BOR) supports integer and bool dtypes only");
+      return coll::ReduceOp::kBor;
+    case c10d::ReduceOp::BXOR:
+      if (floating) unsupported("(BXOR) supports integer and bool dtypes only");
+      return coll::ReduceOp::kBxor;
+    default:
+      unsupported("is not supported");
+  }
+  return coll::ReduceOp::kSum;  // unreachable
+}
+
+double premulDoubleFactor(const c10d::ReduceOp& op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM || !op.supplement_) return 1.0;
+  auto* s = static_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  return s->tensor_factor.defined() ? 1.0 : s->double_factor;
+}
+
+std::optional<at::Tensor> premulTensorFactor(const c10d::ReduceOp& op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM || !op.supplement_)
+    return std::nullopt;
+  auto* s = static_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  if (!s->tensor_factor.defined()) return std::nullopt;
+  return s->tensor_factor;
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,781 @@
+#include "distributed/neuron_backend.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "core/device.h"
+#include "core/stream.h"
+#include "distributed/comm_types.h"
+#include "distributed/neuron_work.h"
+
+namespace torch_neuronx {
+
+namespace coll = neuron_rt::collectives;
+
+struct NeuronBackend::Pending {
+  std::vector<coll::Communicator::P2POp> ops;
+  std::vector<at::Tensor> tensors;
+};
+
+namespace {
+
+constexpr char kCommNameKey[] = "neuron_communicator_name";
+
+std::string uniqueName() {
+  std::random_device rd;
+  std::ostringstream s;
+  s << "pg" << ::getpid() << "-" << std::hex << rd() << rd();
+  return s.str();
+}
+
+[[noreturn]] void distError(const std::string& msg) {
+  C10_THROW_ERROR(DistBackendError, msg);
+}
+
+at::Tensor dense(const at::Tensor& t) {
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+char* ptr(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+size_t nbytes(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * t.element_size();
+}
+
+CommElement reducible(const at::Tensor& t) {
+  auto e = reducibleAs(t.scalar_type());
+  if (!e)
+    distError(c10::str("neuron backend: cannot reduce tensors of dtype ",
+                       t.scalar_type()));
+  return *e;
+}
+
+// PREMUL_SUM's factor: a double, or a tensor read by the item (as float64,
+// converted on the caller's stream before the collective).
+struct Factor {
+  double value = 1.0;
+  at::Tensor tensor;  // float64, one element, on the device
+  double get() const {
+    return tensor.defined() ? *static_cast<const double*>(tensor.data_ptr())
+                            : value;
+  }
+};
+
+Factor factorOf(const c10d::ReduceOp& op, c10::DeviceIndex device) {
+  Factor f;
+  f.value = premulDoubleFactor(op);
+  if (auto t = premulTensorFactor(op)) {
+    TORCH_CHECK(t->numel() == 1,
+                "neuron backend: PREMUL_SUM's tensor factor must have one "
+                "element, got ",
+                t->numel());
+    f.tensor =
+        t->to(c10::Device(c10::DeviceType::PrivateUse1, device), at::kDouble)
+            .contiguous();
+  }
+  return f;
+}
+
+void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(tensors.size() == 1, "neuron backend: ", what,
+              " takes exactly one tensor per process (got ", tensors.size(),
+              "); use one process per device");
+}
+
+}  // namespace
+
+NeuronBackend::NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                             int rank, int size,
+                             std::chrono::milliseconds timeout,
+                             std::string group_name)
+    : c10d::Backend(rank, size),
+      rank_(rank),
+      size_(size),
+      group_name_(std::move(group_name)),
+      timeout_(timeout),
+      pending_(std::make_unique<Pending>()) {
+  // The group's communicator name: rank 0 makes one up, the others read it
+  // (the store is this group's, so the key is too).
+  std::string name;
+  if (rank == 0) {
+    name = uniqueName();
+    store->set(kCommNameKey, std::vector<uint8_t>(name.begin(), name.end()));
+  } else {
+    auto bytes = store->get(kCommNameKey);
+    name.assign(bytes.begin(), bytes.end());
+  }
+  coll::CommOptions options;
+  options.timeout = timeout;
+  try {
+    comm_ = coll::Communicator::create(name, rank, size, options);
+  } catch (const coll::CollectiveError& e) {
+    distError(c10::str("neuron backend: group '", group_name_, "' rank ", rank,
+                       " of ", size, " could not join: ", e.what()));
+  }
+}
+
+NeuronBackend::~NeuronBackend() {
+  try {
+    drain();
+  } catch (...) {
+    // Destruction must not throw; the errors were the collectives' to raise.
+  }
+}
+
+void NeuronBackend::drain() {
+  if (comm_stream_) {
+    try {
+      runtimeStream(*comm_stream_).synchronize();
+    } catch (...) {
+    }
+  }
+}
+
+void NeuronBackend::abort() {
+  if (comm_) comm_->abort("abort() called on the process group");
+}
+
+void NeuronBackend::shutdown() { drain(); }
+
+c10::DeviceIndex NeuronBackend::bindDevice(const at::Tensor& t,
+                                           const char* what) {
+  TORCH_CHECK(t.defined(), "neuron backend: ", what, ": undefined tensor");
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
+              "neuron backend: ", what,
+              " takes neuron tensors, got a tensor "
+              "on ",
+              t.device(),
+              " (use a 'cpu:gloo,neuron:neuron' group for "
+              "CPU tensors)");
+  TORCH_CHECK(t.layout() == c10::kStrided, "neuron backend: ", what,
+              " takes dense tensors");
+  const c10::DeviceIndex d = t.device().index();
+  if (device_ < 0) {
+    device_ = d;
+  } else if (d != device_) {
+    TORCH_CHECK(false, "neuron backend: ", what,
+                ": tensor on neuron:", static_cast<int>(d), ", but rank ",
+                rank_, " of this group uses neuron:", static_cast<int>(device_),
+                ". Each process uses one device: call "
+                "torch.neuron.set_device(LOCAL_RANK) and put its tensors "
+                "there.");
+  }
+  return d;
+}
+
+c10::DeviceIndex NeuronBackend::boundOrCurrentDevice() const {
+  return device_ >= 0 ? device_ : currentDevice();
+}
+
+c10::Stream NeuronBackend::commStream(c10::DeviceIndex device) {
+  if (!comm_stream_) comm_stream_ = streamFromPool(device, true);
+  return *comm_stream_;
+}
+
+std::string NeuronBackend::describe(const char* collective,
+                                    uint64_t seq) const {
+  return c10::str("neuron backend: ", collective, " (sequence number ", seq,
+                  ") in group '", group_name_, "' on rank ", rank_, " of ",
+                  size_, " failed: ");
+}
+
+template <typename Body>
+c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
+    const char* label, c10d::OpType type, c10::DeviceIndex device,
+    const std::vector<at::Tensor>& used, std::vector<at::Tensor> outputs,
+    Body body, CopyBacks copies, bool blocks_host) {
+  const uint64_t seq = ++seq_;
+  const c10::Stream comm = commStream(device);
+  // After what the caller queued so far.
+  c10::Event ready(c10::DeviceType::PrivateUse1);
+  ready.record(currentStream(device));
+  ready.block(comm);
+  for (const at::Tensor& t : used)
+    if (t.defined()) t.record_stream(comm);
+  for (auto& [to, from] : copies) {
+    to.record_stream(comm);
+    from.record_stream(comm);
+  }
+  auto outcome = std::make_shared<CollectiveOutcome>();
+  coll::Communicator* c = comm_.get();
+  std::string prefix = describe(label, seq);
+  launchOn(comm, label,
+           [c, body = std::move(body), outcome, prefix = std::move(prefix)] {
+             try {
+               body(*c);
+             } catch (const std::exception& e) {
+               std::string msg = prefix + e.what();
+               try {
+                 distError(msg);
+               } catch (...) {
+                 outcome->fail(std::current_exception());
+               }
+               throw std::runtime_error(msg);  // poisons the stream
+             }
+           });
+  if (!copies.empty()) {
+    c10::StreamGuard guard(comm);
+    for (auto& [to, from] : copies) to.copy_(from);
+  }
+  auto work = c10::make_intrusive<NeuronWork>(
+      rank_, type, label, seq, comm, std::move(outputs), outcome, blocks_host);
+  work->markQueued();
+  return work;
+}
+
+// ---- collectives
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  checkSingle(tensors, "allreduce");
+  at::Tensor& t = tensors[0];
+  const auto device = bindDevice(t, "allreduce");
+  const CommElement e = reducible(t);
+  const coll::ReduceOp op = commReduceOp(opts.reduceOp, t.scalar_type());
+  Factor f = factorOf(opts.reduceOp, device);
+  at::Tensor d = dense(t);
+  const size_t count = static_cast<size_t>(d.numel()) * e.per_element;
+  char* p = ptr(d);
+  CopyBacks copies;
+  if (!d.is_same(t)) copies.emplace_back(t, d);
+  return enqueue(
+      "c10d::allreduce", c10d::OpType::ALLREDUCE, device, {d, f.tensor}, {t},
+      [=](coll::Communicator& c) {
+        c.allReduce(p, p, count, e.dtype, op, f.get());
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(),
+              "neuron backend: allreduce_coalesced needs "
+              "at least one tensor");
+  const auto device = bindDevice(tensors[0], "allreduce_coalesced");
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : tensors) {
+    bindDevice(t, "allreduce_coalesced");
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
+                "neuron backend: allreduce_coalesced tensors must have one "
+                "dtype, got ",
+                tensors[0].scalar_type(), " and ", t.scalar_type());
+    flat.push_back(t.reshape(-1));
+  }
+  const CommElement e = reducible(tensors[0]);
+  const coll::ReduceOp op =
+      commReduceOp(opts.reduceOp, tensors[0].scalar_type());
+  Factor f = factorOf(opts.reduceOp, device);
+  at::Tensor buf = at::cat(flat);
+  const size_t count = static_cast<size_t>(buf.numel()) * e.per_element;
+  char* p = ptr(buf);
+  CopyBacks copies;
+  int64_t offset = 0;
+  for (at::Tensor& t : tensors) {
+    copies.emplace_back(t, buf.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+  return enqueue(
+      "c10d::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, device,
+      {buf, f.tensor}, tensors,
+      [=](coll::Communicator& c) {
+        c.allReduce(p, p, count, e.dtype, op, f.get());
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  checkSingle(tensors, "broadcast");
+  at::Tensor& t = tensors[0];
+  const auto device = bindDevice(t, "broadcast");
+  at::Tensor d = dense(t);
+  char* p = ptr(d);
+  const size_t n = nbytes(d);
+  const int root = static_cast<int>(opts.rootRank);
+  CopyBacks copies;
+  if (!d.is_same(t)) copies.emplace_back(t, d);
+  return enqueue(
+      "c10d::broadcast", c10d::OpType::BROADCAST, device, {d}, {t},
+      [=](coll::Communicator& c) {
+        c.broadcast(p, n, coll::DataType::kUInt8, root);
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  checkSingle(tensors, "reduce");
+  at::Tensor& t = tensors[0];
+  const auto device = bindDevice(t, "reduce");
+  const CommElement e = reducible(t);
+  const coll::ReduceOp op = commReduceOp(opts.reduceOp, t.scalar_type());
+  Factor f = factorOf(opts.reduceOp, device);
+  at::Tensor d = dense(t);
+  const size_t count = static_cast<size_t>(d.numel()) * e.per_element;
+  char* p = ptr(d);
+  const int root = static_cast<int>(opts.rootRank);
+  CopyBacks copies;
+  if (!d.is_same(t) && rank_ == root) copies.emplace_back(t, d);
+  return enqueue(
+      "c10d::reduce", c10d::OpType::REDUCE, device, {d, f.tensor}, {t},
+      [=](coll::Communicator& c) {
+        c.reduce(p, p, count, e.dtype, op, root, f.get());
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+  const auto device = bindDevice(input, "all_gather_into_tensor");
+  bindDevice(output, "all_gather_into_tensor");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+              "neuron backend: all_gather_into_tensor: output dtype ",
+              output.scalar_type(), " differs from input dtype ",
+              input.scalar_type());
+  TORCH_CHECK(output.numel() == input.numel() * size_,
+              "neuron backend: output tensor size must be equal to "
+              "world_size times input tensor size (got ",
+              output.numel(), " and ", input.numel(), " x ", size_, ")");
+  at::Tensor in = dense(input);
+  at::Tensor out = dense(output);
+  const char* pi = ptr(in);
+  char* po = ptr(out);
+  const size_t n = nbytes(in);
+  CopyBacks copies;
+  if (!out.is_same(output)) copies.emplace_back(output, out);
+  return enqueue(
+      "c10d::_allgather_base", c10d::OpType::_ALLGATHER_BASE, device, {in, out},
+      {output},
+      [=](coll::Communicator& c) {
+        c.allGather(pi, po, n, coll::DataType::kUInt8);
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  checkSingle(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1,
+              "neuron backend: allgather takes one "
+              "output list per process");
+  at::Tensor& input = inputs[0];
+  std::vector<at::Tensor>& outs = outputs[0];
+  const auto device = bindDevice(input, "allgather");
+  TORCH_CHECK(static_cast<int>(outs.size()) == size_,
+              "neuron backend: allgather needs world_size (", size_,
+              ") output tensors, got ", outs.size());
+  for (const at::Tensor& o : outs) {
+    bindDevice(o, "allgather");
+    TORCH_CHECK(
+        o.numel() == input.numel() && o.scalar_type() == input.scalar_type(),
+        "neuron backend: allgather output tensors must match the "
+        "input's size and dtype (input ",
+        input.sizes(), " ", input.scalar_type(), ", output ", o.sizes(), " ",
+        o.scalar_type(), ")");
+  }
+  at::Tensor in = dense(input);
+  at::Tensor buf = at::empty({size_ * input.numel()}, input.options());
+  const char* pi = ptr(in);
+  char* pb = ptr(buf);
+  const size_t n = nbytes(in);
+  CopyBacks copies;
+  for (int k = 0; k < size_; ++k)
+    copies.emplace_back(
+        outs[k],
+        buf.narrow(0, k * input.numel(), input.numel()).view(outs[k].sizes()));
+  return enqueue(
+      "c10d::allgather", c10d::OpType::ALLGATHER, device, {in, buf}, outs,
+      [=](coll::Communicator& c) {
+        c.allGather(pi, pb, n, coll::DataType::kUInt8);
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "neuron backend: allgather_coalesced needs one output list per "
+              "input");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::vector<at::Tensor>> o{outputs[i]};
+    std::vector<at::Tensor> in{inputs[i]};
+    last = allgather(o, in, opts);
+  }
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "neuron backend: allgather_into_tensor_coalesced needs as many "
+              "outputs as inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    last = _allgather_base(outputs[i], inputs[i], opts);
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input,
+    const c10d::ReduceScatterOptions& opts) {
+  const auto device = bindDevice(input, "reduce_scatter_tensor");
+  bindDevice(output, "reduce_scatter_tensor");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+              "neuron backend: reduce_scatter_tensor: output dtype ",
+              output.scalar_type(), " differs from input dtype ",
+              input.scalar_type());
+  TORCH_CHECK(input.numel() == output.numel() * size_,
+              "neuron backend: input tensor must be the same size as output "
+              "size times world size (got ",
+              input.numel(), " and ", output.numel(), " x ", size_, ")");
+  const CommElement e = reducible(output);
+  const coll::ReduceOp op = commReduceOp(opts.reduceOp, output.scalar_type());
+  Factor f = factorOf(opts.reduceOp, device);
+  at::Tensor in = dense(input);
+  at::Tensor out = dense(output);
+  const char* pi = ptr(in);
+  char* po = ptr(out);
+  const size_t count = static_cast<size_t>(out.numel()) * e.per_element;
+  CopyBacks copies;
+  if (!out.is_same(output)) copies.emplace_back(output, out);
+  return enqueue(
+      "c10d::_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, device,
+      {in, out, f.tensor}, {output},
+      [=](coll::Communicator& c) {
+        c.reduceScatter(pi, po, count, e.dtype, op, f.get());
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  checkSingle(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+              "neuron backend: reduce_scatter needs one list of world_size (",
+              size_, ") input tensors");
+  at::Tensor& output = outputs[0];
+  bindDevice(output, "reduce_scatter");
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : inputs[0]) {
+    bindDevice(t, "reduce_scatter");
+    TORCH_CHECK(
+        t.numel() == output.numel() && t.scalar_type() == output.scalar_type(),
+        "neuron backend: reduce_scatter input tensors must match the "
+        "output's size and dtype");
+    flat.push_back(t.reshape(-1));
+  }
+  at::Tensor buf = at::cat(flat);
+  return _reduce_scatter_base(output, buf, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "neuron backend: reduce_scatter_tensor_coalesced needs as many "
+              "outputs as inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    last = _reduce_scatter_base(outputs[i], inputs[i], opts);
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input,
+    std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+  const auto device = bindDevice(input, "all_to_all_single");
+  bindDevice(output, "all_to_all_single");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+              "neuron backend: all_to_all_single: output dtype ",
+              output.scalar_type(), " differs from input dtype ",
+              input.scalar_type());
+  // Splits are in rows (dim 0); none given: equal parts.
+  auto plan = [&](const at::Tensor& t, const std::vector<int64_t>& splits,
+                  const char* which, std::vector<size_t>& bytes,
+                  std::vector<size_t>& offsets) {
+    const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+    const size_t row_bytes = rows > 0 ? nbytes(t) / rows : 0;
+    std::vector<int64_t> s = splits;
+    if (s.empty()) {
+      TORCH_CHECK(rows % size_ == 0,
+                  "neuron backend: all_to_all_single: ", which, " dim 0 (",
+                  rows, ") is not divisible by world size ", size_,
+                  " and no split sizes were given");
+      s.assign(size_, rows / size_);
+    }
+    TORCH_CHECK(static_cast<int>(s.size()) == size_,
+                "neuron backend: all_to_all_single: ", which,
+                " split sizes must have world_size (", size_, ") entries, got ",
+                s.size());
+    int64_t total = 0;
+    size_t off = 0;
+    for (int64_t x : s) {
+      TORCH_CHECK(x >= 0, "neuron backend: all_to_all_single: negative ", which,
+                  " split size ", x);
+      bytes.push_back(static_cast<size_t>(x) * row_bytes);
+      offsets.push_back(off);
+      off += static_cast<size_t>(x) * row_bytes;
+      total += x;
+    }
+    TORCH_CHECK(total == rows, "neuron backend: all_to_all_single: ", which,
+                " split sizes sum to ", total, " but dim 0 has ", rows,
+                " rows");
+  };
+  std::vector<size_t> send_bytes, send_offsets, recv_bytes, recv_offsets;
+  plan(input, input_split_sizes, "input", send_bytes, send_offsets);
+  plan(output, output_split_sizes, "output", recv_bytes, recv_offsets);
+  at::Tensor in = dense(input);
+  at::Tensor out = dense(output);
+  const char* pi = ptr(in);
+  char* po = ptr(out);
+  CopyBacks copies;
+  if (!out.is_same(output)) copies.emplace_back(output, out);
+  return enqueue(
+      "c10d::alltoall_base", c10d::OpType::ALLTOALL_BASE, device, {in, out},
+      {output},
+      [=](coll::Communicator& c) {
+        c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllToAllOptions&) {
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ &&
+                  static_cast<int>(outputs.size()) == size_,
+              "neuron backend: all_to_all needs world_size (", size_,
+              ") input and output tensors, got ", inputs.size(), " and ",
+              outputs.size());
+  const auto device = bindDevice(inputs[0], "all_to_all");
+  std::vector<at::Tensor> flat_in;
+  std::vector<size_t> send_bytes, send_offsets, recv_bytes, recv_offsets;
+  size_t off = 0;
+  for (const at::Tensor& t : inputs) {
+    bindDevice(t, "all_to_all");
+    TORCH_CHECK(t.scalar_type() == inputs[0].scalar_type(),
+                "neuron backend: all_to_all tensors must have one dtype");
+    flat_in.push_back(t.reshape(-1));
+    send_bytes.push_back(nbytes(t));
+    send_offsets.push_back(off);
+    off += nbytes(t);
+  }
+  int64_t out_numel = 0;
+  off = 0;
+  for (const at::Tensor& t : outputs) {
+    bindDevice(t, "all_to_all");
+    TORCH_CHECK(t.scalar_type() == inputs[0].scalar_type(),
+                "neuron backend: all_to_all tensors must have one dtype");
+    recv_bytes.push_back(nbytes(t));
+    recv_offsets.push_back(off);
+    off += nbytes(t);
+    out_numel += t.numel();
+  }
+  at::Tensor in = at::cat(flat_in);
+  at::Tensor out = at::empty({out_numel}, outputs[0].options());
+  const char* pi = ptr(in);
+  char* po = ptr(out);
+  CopyBacks copies;
+  int64_t at_elem = 0;
+  for (at::Tensor& t : outputs) {
+    copies.emplace_back(t, out.narrow(0, at_elem, t.numel()).view(t.sizes()));
+    at_elem += t.numel();
+  }
+  return enqueue(
+      "c10d::alltoall", c10d::OpType::ALLTOALL, device, {in, out}, outputs,
+      [=](coll::Communicator& c) {
+        c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  checkSingle(inputs, "gather");
+  const at::Tensor& input = inputs[0];
+  const auto device = bindDevice(input, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = rank_ == root;
+  if (is_root) {
+    TORCH_CHECK(
+        outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+        "neuron backend: gather needs world_size (", size_,
+        ") output tensors on the root");
+    for (const at::Tensor& o : outputs[0]) {
+      bindDevice(o, "gather");
+      TORCH_CHECK(
+          o.numel() == input.numel() && o.scalar_type() == input.scalar_type(),
+          "neuron backend: gather output tensors must match the "
+          "input's size and dtype");
+    }
+  } else {
+    TORCH_CHECK(outputs.empty() || outputs[0].empty(),
+                "neuron backend: gather takes output tensors on the root "
+                "only");
+  }
+  at::Tensor in = dense(input);
+  at::Tensor buf = is_root ? at::empty({size_ * input.numel()}, input.options())
+                           : at::Tensor();
+  const char* pi = ptr(in);
+  char* pb = is_root ? ptr(buf) : nullptr;
+  const std::vector<size_t> counts(size_, nbytes(in));
+  std::vector<at::Tensor> outs =
+      is_root ? outputs[0] : std::vector<at::Tensor>{};
+  CopyBacks copies;
+  if (is_root)
+    for (int k = 0; k < size_; ++k)
+      copies.emplace_back(outs[k],
+                          buf.narrow(0, k * input.numel(), input.numel())
+                              .view(outs[k].sizes()));
+  return enqueue(
+      "c10d::gather", c10d::OpType::GATHER, device, {in, buf}, outs,
+      [=](coll::Communicator& c) {
+        c.gatherV(pi, pb, counts, coll::DataType::kUInt8, root);
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  checkSingle(outputs, "scatter");
+  at::Tensor& output = outputs[0];
+  const auto device = bindDevice(output, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = rank_ == root;
+  at::Tensor buf;
+  if (is_root) {
+    TORCH_CHECK(
+        inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+        "neuron backend: scatter needs world_size (", size_,
+        ") input tensors on the root");
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& t : inputs[0]) {
+      bindDevice(t, "scatter");
+      TORCH_CHECK(t.numel() == output.numel() &&
+                      t.scalar_type() == output.scalar_type(),
+                  "neuron backend: scatter input tensors must match the "
+                  "output's size and dtype");
+      flat.push_back(t.reshape(-1));
+    }
+    buf = at::cat(flat);
+  } else {
+    TORCH_CHECK(inputs.empty() || inputs[0].empty(),
+                "neuron backend: scatter takes input tensors on the root "
+                "only");
+  }
+  at::Tensor out = dense(output);
+  const char* pb = is_root ? ptr(buf) : nullptr;
+  char* po = ptr(out);
+  const std::vector<size_t> counts(size_, nbytes(out));
+  CopyBacks copies;
+  if (!out.is_same(output)) copies.emplace_back(output, out);
+  return enqueue(
+      "c10d::scatter", c10d::OpType::SCATTER, device, {buf, out}, {output},
+      [=](coll::Communicator& c) {
+        c.scatterV(pb, po, counts, coll::DataType::kUInt8, root);
+      },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::send(
+    std::vector<at::Tensor>& tensors, int dst, int tag) {
+  checkSingle(tensors, "send");
+  const auto device = bindDevice(tensors[0], "send");
+  TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_,
+              "neuron backend: send to invalid rank ", dst);
+  at::Tensor d = dense(tensors[0]);
+  if (coalescing_) {
+    pending_->ops.push_back({true, dst, ptr(d), nbytes(d), tag});
+    pending_->tensors.push_back(d);
+    return c10::make_intrusive<c10d::Work>();
+  }
+  const char* p = ptr(d);
+  const size_t n = nbytes(d);
+  return enqueue("c10d::send", c10d::OpType::SEND, device, {d}, {},
+                 [=](coll::Communicator& c) { c.send(p, n, dst, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::recv(
+    std::vector<at::Tensor>& tensors, int src, int tag) {
+  checkSingle(tensors, "recv");
+  at::Tensor& t = tensors[0];
+  const auto device = bindDevice(t, "recv");
+  TORCH_CHECK(src >= 0 && src < size_ && src != rank_,
+              "neuron backend: recv from invalid rank ", src);
+  at::Tensor d = dense(t);
+  if (coalescing_) {
+    TORCH_CHECK(d.is_same(t),
+                "neuron backend: batched recv needs a "
+                "contiguous tensor");
+    pending_->ops.push_back({false, src, ptr(d), nbytes(d), tag});
+    pending_->tensors.push_back(d);
+    return c10::make_intrusive<c10d::Work>();
+  }
+  char* p = ptr(d);
+  const size_t n = nbytes(d);
+  CopyBacks copies;
+  if (!d.is_same(t)) copies.emplace_back(t, d);
+  return enqueue(
+      "c10d::recv", c10d::OpType::RECV, device, {d}, {t},
+      [=](coll::Communicator& c) { c.recv(p, n, src, tag); },
+      std::move(copies));
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::barrier(
+    const c10d::BarrierOptions& opts) {
+  c10::DeviceIndex device = boundOrCurrentDevice();
+  if (opts.device && opts.device->type() == c10::DeviceType::PrivateUse1)
+    device = opts.device->index();
+  else if (!opts.device_ids.empty())
+    device = static_cast<c10::DeviceIndex>(opts.device_ids[0]);
+  // The host waits for a barrier (as with NCCL).
+  return enqueue(
+      "c10d::barrier", c10d::OpType::BARRIER, device, {}, {},
+      [](coll::Communicator& c) { c.barrier(); }, {}, /*blocks_host=*/true);
+}
+
+void NeuronBackend::startCoalescing() {
+  coalescing_ = true;
+  pending_ = std::make_unique<Pending>();
+}
+
+c10::intrusive_ptr<c10d::Work> NeuronBackend::endCoalescing() {
+  coalescing_ = false;
+  std::unique_ptr<Pending> p = std::move(pending_);
+  pending_ = std::make_unique<Pending>();
+  const c10::DeviceIndex device = boundOrCurrentDevice();
+  if (p->ops.empty()) {
+    // Collectives in the block were queued as they came: the returned work
+    // completes after the last of them.
+    return enqueue("c10d::coalesced", c10d::OpType::COALESCED, device, {}, {},
+                   [](coll::Communicator&) {});
+  }
+  auto ops = std::move(p->ops);
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!ops[i].is_send) outs.push_back(p->tensors[i]);
+  return enqueue("c10d::batch_isend_irecv", c10d::OpType::COALESCED, device,
+                 p->tensors, outs,
+                 [ops](coll::Communicator& c) { c.exchange(ops); });
+}
+
+}  // namespace torch_neuronx

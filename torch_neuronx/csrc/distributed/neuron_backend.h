@@ -1,0 +1,147 @@
+// The `neuron` process-group backend: a c10d::Backend whose collectives run
+// on neuron tensors as work items, the way NCCL runs them on CUDA streams.
+//
+// Each collective is queued on the backend's communication stream (one per
+// device, from the device's stream pool), after everything already queued on
+// the caller's current stream (an event), so it is ordered with the compute
+// around it and overlaps with later compute. The item calls the runtime's
+// host-local communicator (neuron_runtime/collectives/communicator.h) on raw
+// device memory. Tensors it uses are recorded on the communication stream,
+// so the caching allocator does not reuse their memory before it is done.
+// Inputs that are not contiguous are made so on the caller's stream; outputs
+// that are not are written through a contiguous buffer and copied back on
+// the communication stream.
+//
+// A process binds the backend to one device — that of the first tensor it
+// passes (torch.neuron.set_device(LOCAL_RANK) first, as with CUDA); tensors
+// on another device are refused with a message saying so.
+#pragma once
+
+#include <c10/core/Stream.h>
+#include <neuron_runtime/collectives/communicator.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
+
+namespace torch_neuronx {
+
+class NeuronBackend final : public c10d::Backend {
+ public:
+  // Joins the communicator of this group (its name is agreed through
+  // `store`); returns when every rank has joined, or throws
+  // DistBackendError after `timeout`.
+  NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                int size, std::chrono::milliseconds timeout,
+                std::string group_name);
+  ~NeuronBackend() override;
+
+  const std::string getBackendName() const override { return "neuron"; }
+  bool supportsCoalescing() const override { return true; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& output_split_sizes,
+      std::vector<int64_t>& input_split_sizes,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  void abort() override;
+  void shutdown() override;
+
+ private:
+  struct Pending;  // send/recv collected between start/endCoalescing
+
+  c10::DeviceIndex bindDevice(const at::Tensor& t, const char* what);
+  c10::DeviceIndex boundOrCurrentDevice() const;
+  c10::Stream commStream(c10::DeviceIndex device);
+  std::string describe(const char* collective, uint64_t seq) const;
+  // Outputs written through a contiguous buffer: (output, buffer) pairs,
+  // copied on the communication stream after the collective.
+  using CopyBacks = std::vector<std::pair<at::Tensor, at::Tensor>>;
+  // Queues `body(communicator)` on the communication stream of `device`
+  // after the current stream's work, then the copy-backs; `used` are
+  // recorded on that stream. The work completes after the copy-backs.
+  template <typename Body>
+  c10::intrusive_ptr<c10d::Work> enqueue(const char* label, c10d::OpType type,
+                                         c10::DeviceIndex device,
+                                         const std::vector<at::Tensor>& used,
+                                         std::vector<at::Tensor> outputs,
+                                         Body body, CopyBacks copies = {},
+                                         bool blocks_host = false);
+  void drain();
+
+  int rank_;
+  int size_;
+  std::string group_name_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<neuron_rt::collectives::Communicator> comm_;
+  c10::DeviceIndex device_ = -1;
+  std::optional<c10::Stream> comm_stream_;
+  uint64_t seq_ = 0;
+  bool coalescing_ = false;
+  std::unique_ptr<Pending> pending_;
+};
+
+}  // namespace torch_neuronx

@@ -1,0 +1,54 @@
+"""The ``neuron`` backend of ``torch.distributed``.
+
+Importing torch_neuronx registers it for the ``neuron`` device, so that
+``dist.init_process_group("neuron")`` works, and ``init_process_group()``
+with no backend picks ``cpu:gloo,neuron:neuron`` (CPU tensors and
+``barrier()`` keep working) as it picks ``cpu:gloo,cuda:nccl`` on CUDA.
+
+Each group gets a host-local communicator over shared memory (the runtime's
+``collectives`` layer); collectives run as work items on a communication
+stream of the process's device, ordered with the compute around them
+(``torch_neuronx/csrc/distributed/``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from . import _C
+
+BACKEND_NAME = "neuron"
+
+
+def _create_backend(dist_backend_opts, backend_options):
+    """Creator for ``Backend.register_backend(..., extended_api=True)``."""
+    timeout = dist_backend_opts.timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    group = dist_backend_opts.group_id or "default_pg"
+    return _C._create_neuron_backend(
+        dist_backend_opts.store,
+        dist_backend_opts.group_rank,
+        dist_backend_opts.group_size,
+        seconds,
+        group,
+    )
+
+
+def register() -> None:
+    if not dist.is_available():
+        return
+    if BACKEND_NAME in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend(
+        BACKEND_NAME, _create_backend, extended_api=True, devices=["neuron"]
+    )
+
+
+def cleanup_stale_shared_memory() -> int:
+    """Removes shared-memory segments left by jobs whose processes died.
+
+    Rank 0 of every new group does this by itself; returns how many were removed.
+    """
+    return _C._cleanup_stale_shared_memory()
