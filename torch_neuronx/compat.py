@@ -14,6 +14,16 @@ safetensors
     the CPU (memory-mapped, as safetensors does) and each tensor copied to the device.
     ``safe_open`` is left alone; it accepts a device *index* (``device=1``), which torch
     resolves to the current accelerator, ``neuron:1``. Saving needs no shim.
+
+torch.distributed (default backend)
+    ``init_process_group()`` without a backend gives, since torch 2.6, only the
+    accelerator's backend (``BackendConfig`` with ``Backend.UNDEFINED`` maps just the
+    accelerator's device type), so CPU tensors and object collectives then fail with
+    "No backend type associated with device type cpu". Code written for TorchNeuron
+    expects ``cpu:gloo,neuron:neuron`` there (as torch < 2.6 gave ``cpu:gloo,cuda:nccl``).
+    The shim makes an undefined backend mean ``cpu:gloo,neuron:neuron`` when the
+    accelerator is neuron; an explicit backend, and every other accelerator, are left
+    alone.
 """
 
 from __future__ import annotations
@@ -93,6 +103,26 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _patch_default_process_group_backend() -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    cls = dist.distributed_c10d.BackendConfig
+    original = cls.__init__
+    if getattr(original, "_neuron_shim", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, backend: Any) -> None:
+        if str(backend) == dist.Backend.UNDEFINED and torch._C._get_accelerator().type == "neuron":
+            backend = dist.Backend("cpu:gloo,neuron:neuron")
+        original(self, backend)
+
+    __init__._neuron_shim = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[method-assign]
+
+
 def install() -> None:
     """Applies the shims (now for libraries already imported, else on their import)."""
     name = "safetensors.torch"
@@ -100,3 +130,4 @@ def install() -> None:
         _patch_safetensors_torch(sys.modules[name])
     elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchOnImport(name, _patch_safetensors_torch))
+    _patch_default_process_group_backend()

@@ -16,6 +16,8 @@ const char* statusName(Status s) {
       return "device error";
     case Status::kForkedChild:
       return "forked child";
+    case Status::kCollectiveFailed:
+      return "collective failed";
   }
   return "unknown";
 }

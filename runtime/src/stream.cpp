@@ -176,6 +176,12 @@ void Stream::workerLoop() {
           item->task->run();
         else
           item->fn();
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> g(error_mu_);
+        if (!error_)
+          error_ = WorkError{device_,     id_,      item->seq,
+                             item->label, e.what(), e.status()};
+        poisoned_.store(true, std::memory_order_release);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(error_mu_);
         if (!error_)

@@ -17,6 +17,9 @@ enum class Status {
   kInvalidConfig,
   kDeviceError,
   kForkedChild,
+  // A collective between processes failed (a peer died or timed out, ranks
+  // disagreed): the torch layer raises it as a DistBackendError.
+  kCollectiveFailed,
 };
 
 const char* statusName(Status s);

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "neuron_runtime/status.h"
+
 namespace neuron_rt {
 
 class Trace;
@@ -35,6 +37,9 @@ struct WorkError {
   uint64_t seq;
   std::string label;
   std::string message;
+  // What kind of failure: kDeviceError for a plain exception, else the
+  // status of the neuron_rt::Error the item threw.
+  Status status = Status::kDeviceError;
 };
 
 // Device work with state of its own, the state and the code in one object:

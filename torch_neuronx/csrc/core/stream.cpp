@@ -114,6 +114,8 @@ void launch(c10::DeviceIndex device, const char* label,
 void raisePendingError(c10::DeviceIndex device) {
   auto err = runtimeDevice(device).takeError();
   if (!err) return;
+  if (err->status == neuron_rt::Status::kCollectiveFailed)
+    C10_THROW_ERROR(DistBackendError, err->message);  // names the collective
   TORCH_CHECK(false, "neuron:", err->device, ": device error in ", err->label,
               " (work item ", err->seq, " on stream ", err->stream,
               "): ", err->message,

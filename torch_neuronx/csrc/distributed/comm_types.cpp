@@ -41,41 +41,46 @@ coll::ReduceOp commReduceOp(const c10d::ReduceOp& op, at::ScalarType t) {
   const bool floating = at::isFloatingType(t) || at::isComplexType(t);
   const bool complex = at::isComplexType(t);
   auto unsupported = [&](const char* why) {
-    C10_THROW_ERROR(DistBackendError, c10::str("neuron backend: reduce op ",
-                                               static_cast<int>(op.op_), " ",
-                                               why, " (dtype ", t, ")"));
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("neuron backend: ", why, " (got dtype ", t, ")"));
   };
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
       return coll::ReduceOp::kSum;
     case c10d::ReduceOp::AVG:
-      if (!floating) unsupported("(AVG) supports floating-point dtypes only");
+      if (!floating)
+        unsupported("ReduceOp.AVG supports floating-point dtypes only");
       return coll::ReduceOp::kAvg;
     case c10d::ReduceOp::PREMUL_SUM:
       if (!floating)
-        unsupported("(PREMUL_SUM) supports floating-point dtypes only");
-      if (complex) unsupported("(PREMUL_SUM) does not support complex dtypes");
+        unsupported("ReduceOp.PREMUL_SUM supports floating-point dtypes only");
+      if (complex)
+        unsupported("ReduceOp.PREMUL_SUM does not support complex dtypes");
       return coll::ReduceOp::kPremulSum;
     case c10d::ReduceOp::PRODUCT:
-      if (complex) unsupported("(PRODUCT) does not support complex dtypes");
+      if (complex)
+        unsupported("ReduceOp.PRODUCT does not support complex dtypes");
       return coll::ReduceOp::kProduct;
     case c10d::ReduceOp::MIN:
-      if (complex) unsupported("(MIN) does not support complex dtypes");
+      if (complex) unsupported("ReduceOp.MIN does not support complex dtypes");
       return coll::ReduceOp::kMin;
     case c10d::ReduceOp::MAX:
-      if (complex) unsupported("(MAX) does not support complex dtypes");
+      if (complex) unsupported("ReduceOp.MAX does not support complex dtypes");
       return coll::ReduceOp::kMax;
     case c10d::ReduceOp::BAND:
-      if (floating) unsupported("(BAND) supports integer and bool dtypes only");
+      if (floating)
+        unsupported("ReduceOp.BAND supports integer and bool dtypes only");
       return coll::ReduceOp::kBand;
     case c10d::ReduceOp::BOR:
-      if (floating) unsupported("(BOR) supports integer and bool dtypes only");
+      if (floating)
+        unsupported("ReduceOp.BOR supports integer and bool dtypes only");
       return coll::ReduceOp::kBor;
     case c10d::ReduceOp::BXOR:
-      if (floating) unsupported("(BXOR) supports integer and bool dtypes only");
+      if (floating)
+        unsupported("ReduceOp.BXOR supports integer and bool dtypes only");
       return coll::ReduceOp::kBxor;
     default:
-      unsupported("is not supported");
+      unsupported("this reduce op is not supported");
   }
   return coll::ReduceOp::kSum;  // unreachable
 }

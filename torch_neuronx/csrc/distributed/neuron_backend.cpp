@@ -218,7 +218,9 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
                } catch (...) {
                  outcome->fail(std::current_exception());
                }
-               throw std::runtime_error(msg);  // poisons the stream
+               // Poisons the stream; the next sync raises DistBackendError.
+               throw neuron_rt::Error(neuron_rt::Status::kCollectiveFailed,
+                                      msg);
              }
            });
   if (!copies.empty()) {
