@@ -24,9 +24,13 @@ _failures: list[str] = []
 _checks = 0
 
 
-def setup(backend: str = "neuron") -> None:
+def setup(backend: str = "neuron", bind_device: bool = False) -> None:
+    """``bind_device`` passes ``device_id`` (eager initialisation): DeviceMesh then
+    creates its sub-groups with ``split_group``, which the neuron backend lacks
+    (see split_worker.py)."""
     torch.neuron.set_device(local)
-    dist.init_process_group(backend, timeout=timedelta(seconds=90), device_id=dev)
+    kw = {"device_id": dev} if bind_device else {}
+    dist.init_process_group(backend, timeout=timedelta(seconds=90), **kw)
 
 
 def _cpu(x):
