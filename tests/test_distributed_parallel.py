@@ -51,3 +51,14 @@ def test_dtensor_2d_mesh_fsdp_and_tp():
 )
 def test_split_group_with_bound_device():
     run_job("split_worker.py", 2, timeout=90)
+
+
+def test_pipelining_gpipe_and_1f1b():
+    run_job("pipeline_worker.py", 2)
+
+
+def test_distributed_checkpoint_resharded_on_load(tmp_path):
+    """Saved by 2 ranks (FSDP2 shards of model and optimizer), loaded by 1 and by 4."""
+    run_job("dcp_worker.py", 2, args=("save", str(tmp_path)))
+    run_job("dcp_worker.py", 1, args=("load", str(tmp_path)))
+    run_job("dcp_worker.py", 4, timeout=240, args=("load", str(tmp_path)))
