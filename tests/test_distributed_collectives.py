@@ -24,6 +24,15 @@ def test_every_collective_on_every_dtype(world):
         assert "DONE" in out and ", 0 failed" in out, out
 
 
+def test_debug_detail_checks_collectives():
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the group and checks every collective's
+    # shapes across ranks (through a gloo helper group) before it runs.
+    env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+    outs = check_all_ok(run_ranks(str(HERE / "collectives_worker.py"), 2, timeout=300, env=env))
+    for out in outs:
+        assert ", 0 failed" in out, out
+
+
 def test_no_shared_memory_left_behind():
     run_ranks(str(HERE / "collectives_worker.py"), 2, timeout=300)
     left = [n for n in os.listdir("/dev/shm") if n.startswith("tnx-")]
