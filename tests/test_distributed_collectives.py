@@ -24,6 +24,21 @@ def test_every_collective_on_every_dtype(world):
         assert "DONE" in out and ", 0 failed" in out, out
 
 
+def test_every_collective_across_two_hosts():
+    # Ranks 0-1 and 2-3 on different "hosts" (host identities): the group cannot
+    # share memory, so gloo carries it, on host views of the device memory.
+    outs = check_all_ok(
+        run_ranks(
+            str(HERE / "collectives_worker.py"),
+            4,
+            timeout=300,
+            rank_env=lambda r: {"TORCH_NEURONX_HOST_ID": f"host{r // 2}"},
+        )
+    )
+    for out in outs:
+        assert "DONE" in out and ", 0 failed" in out, out
+
+
 def test_debug_detail_checks_collectives():
     # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the group and checks every collective's
     # shapes across ranks (through a gloo helper group) before it runs.

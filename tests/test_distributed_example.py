@@ -2,6 +2,7 @@
 mesh train exactly like one process on the same global batch."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,38 @@ def test_losses_match_one_process(single, mode, nproc, tmp_path):
         # Each of the 4 ranks holds about a quarter of the parameters.
         assert got["rank_param_bytes"] <= 0.3 * got["full_param_bytes"]
         assert got["memory_allocated_after_sharding"] <= 0.3 * got["full_param_bytes"]
+
+
+def test_two_hosts_train_like_one(single, tmp_path):
+    # Two "hosts" on this machine: torchrun --nnodes 2, once per node, each node
+    # with its own host identity, so the group spans hosts and gloo carries it.
+    port = free_port()
+    out = tmp_path / "two_hosts.json"
+    procs = []
+    for node in range(2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+        cmd += ["--node-rank", str(node), "--nproc-per-node", "2"]
+        cmd += ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+        cmd += [SCRIPT, "--mode", "fsdp_tp", "--steps", str(STEPS), "--out", str(out)]
+        env = {**os.environ, "TORCH_NEURONX_HOST_ID": f"node{node}"}
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=300)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode == 0, log[-6000:]
+    got = json.loads(out.read_text())
+    assert got["losses"] == pytest.approx(single["losses"], rel=1e-4), (
+        got["losses"],
+        single["losses"],
+    )

@@ -14,6 +14,8 @@ stream of the process's device, ordered with the compute around them
 from __future__ import annotations
 
 import inspect
+import os
+import socket
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -23,18 +25,44 @@ from . import _C
 BACKEND_NAME = "neuron"
 
 
+def host_identity() -> str:
+    """Which host this process is on, for choosing the transport.
+
+    Processes with the same identity share a shared-memory segment; ``TORCH_NEURONX_HOST_ID``
+    overrides it (e.g. to run two "hosts" on one machine).
+    """
+    override = os.environ.get("TORCH_NEURONX_HOST_ID")
+    if override:
+        return override
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def _spans_hosts(store, rank: int, size: int) -> bool:
+    store.set(f"neuron_host/{rank}", host_identity())
+    hosts = {store.get(f"neuron_host/{r}").decode() for r in range(size)}
+    return len(hosts) > 1
+
+
 def _create_backend(dist_backend_opts, backend_options):
     """Creator for ``Backend.register_backend(..., extended_api=True)``."""
     timeout = dist_backend_opts.timeout
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    if not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    store = dist_backend_opts.store
+    rank, size = dist_backend_opts.group_rank, dist_backend_opts.group_size
     group = dist_backend_opts.group_id or "default_pg"
-    return _C._create_neuron_backend(
-        dist_backend_opts.store,
-        dist_backend_opts.group_rank,
-        dist_backend_opts.group_size,
-        seconds,
-        group,
-    )
+    inter_host = None
+    if size > 1 and _spans_hosts(store, rank, size):
+        # Ranks on different hosts cannot share memory: gloo carries the group.
+        inter_host = dist.ProcessGroupGloo(
+            dist.PrefixStore("neuron_gloo/", store), rank, size, timeout
+        )
+    return _C._create_neuron_backend(store, rank, size, timeout.total_seconds(), group, inter_host)
 
 
 def register() -> None:

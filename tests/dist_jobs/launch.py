@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 
 def free_port() -> int:
@@ -29,6 +30,7 @@ def run_ranks(
     env: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
     grace: float = 20,
+    rank_env: Callable[[int], dict[str, str]] | None = None,
 ) -> list[subprocess.CompletedProcess]:
     port = free_port()
     procs = []
@@ -44,6 +46,7 @@ def run_ranks(
             MASTER_PORT=str(port),
         )
         e.update(env or {})
+        e.update(rank_env(rank) if rank_env else {})
         # Files, not pipes: a rank that writes a lot must not block on a full pipe.
         out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         files.append((out, err))

@@ -15,6 +15,7 @@
 #include "core/stream.h"
 #include "distributed/comm_types.h"
 #include "distributed/neuron_work.h"
+#include "distributed/transport.h"
 
 namespace torch_neuronx {
 
@@ -95,13 +96,19 @@ void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
 NeuronBackend::NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store,
                              int rank, int size,
                              std::chrono::milliseconds timeout,
-                             std::string group_name)
+                             std::string group_name,
+                             c10::intrusive_ptr<c10d::Backend> inter_host)
     : c10d::Backend(rank, size),
       rank_(rank),
       size_(size),
       group_name_(std::move(group_name)),
       timeout_(timeout),
       pending_(std::make_unique<Pending>()) {
+  if (inter_host) {
+    // The group spans hosts: gloo carries it (see transport.h).
+    transport_ = glooTransport(std::move(inter_host), rank, size);
+    return;
+  }
   // The group's communicator name: rank 0 makes one up, the others read it
   // (the store is this group's, so the key is too).
   std::string name;
@@ -115,7 +122,8 @@ NeuronBackend::NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store,
   coll::CommOptions options;
   options.timeout = timeout;
   try {
-    comm_ = coll::Communicator::create(name, rank, size, options);
+    transport_ = sharedMemoryTransport(
+        coll::Communicator::create(name, rank, size, options));
   } catch (const coll::CollectiveError& e) {
     distError(c10::str("neuron backend: group '", group_name_, "' rank ", rank,
                        " of ", size, " could not join: ", e.what()));
@@ -140,7 +148,7 @@ void NeuronBackend::drain() {
 }
 
 void NeuronBackend::abort() {
-  if (comm_) comm_->abort("abort() called on the process group");
+  if (transport_) transport_->abort("abort() called on the process group");
 }
 
 void NeuronBackend::shutdown() { drain(); }
@@ -205,14 +213,17 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
     from.record_stream(comm);
   }
   auto outcome = std::make_shared<CollectiveOutcome>();
-  coll::Communicator* c = comm_.get();
+  Transport* c = transport_.get();
   std::string prefix = describe(label, seq);
   launchOn(comm, label,
            [c, body = std::move(body), outcome, prefix = std::move(prefix)] {
              try {
                body(*c);
              } catch (const std::exception& e) {
-               std::string msg = prefix + e.what();
+               const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+               std::string msg =
+                   prefix +
+                   (c10_error ? c10_error->what_without_backtrace() : e.what());
                try {
                  distError(msg);
                } catch (...) {
@@ -250,9 +261,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce(
   if (!d.is_same(t)) copies.emplace_back(t, d);
   return enqueue(
       "c10d::allreduce", c10d::OpType::ALLREDUCE, device, {d, f.tensor}, {t},
-      [=](coll::Communicator& c) {
-        c.allReduce(p, p, count, e.dtype, op, f.get());
-      },
+      [=](Transport& c) { c.allReduce(p, p, count, e.dtype, op, f.get()); },
       std::move(copies));
 }
 
@@ -288,9 +297,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce_coalesced(
   return enqueue(
       "c10d::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, device,
       {buf, f.tensor}, tensors,
-      [=](coll::Communicator& c) {
-        c.allReduce(p, p, count, e.dtype, op, f.get());
-      },
+      [=](Transport& c) { c.allReduce(p, p, count, e.dtype, op, f.get()); },
       std::move(copies));
 }
 
@@ -307,9 +314,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::broadcast(
   if (!d.is_same(t)) copies.emplace_back(t, d);
   return enqueue(
       "c10d::broadcast", c10d::OpType::BROADCAST, device, {d}, {t},
-      [=](coll::Communicator& c) {
-        c.broadcast(p, n, coll::DataType::kUInt8, root);
-      },
+      [=](Transport& c) { c.broadcast(p, n, coll::DataType::kUInt8, root); },
       std::move(copies));
 }
 
@@ -329,9 +334,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce(
   if (!d.is_same(t) && rank_ == root) copies.emplace_back(t, d);
   return enqueue(
       "c10d::reduce", c10d::OpType::REDUCE, device, {d, f.tensor}, {t},
-      [=](coll::Communicator& c) {
-        c.reduce(p, p, count, e.dtype, op, root, f.get());
-      },
+      [=](Transport& c) { c.reduce(p, p, count, e.dtype, op, root, f.get()); },
       std::move(copies));
 }
 
@@ -357,9 +360,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_allgather_base(
   return enqueue(
       "c10d::_allgather_base", c10d::OpType::_ALLGATHER_BASE, device, {in, out},
       {output},
-      [=](coll::Communicator& c) {
-        c.allGather(pi, po, n, coll::DataType::kUInt8);
-      },
+      [=](Transport& c) { c.allGather(pi, po, n, coll::DataType::kUInt8); },
       std::move(copies));
 }
 
@@ -397,9 +398,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(
         buf.narrow(0, k * input.numel(), input.numel()).view(outs[k].sizes()));
   return enqueue(
       "c10d::allgather", c10d::OpType::ALLGATHER, device, {in, buf}, outs,
-      [=](coll::Communicator& c) {
-        c.allGather(pi, pb, n, coll::DataType::kUInt8);
-      },
+      [=](Transport& c) { c.allGather(pi, pb, n, coll::DataType::kUInt8); },
       std::move(copies));
 }
 
@@ -456,7 +455,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_reduce_scatter_base(
   return enqueue(
       "c10d::_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, device,
       {in, out, f.tensor}, {output},
-      [=](coll::Communicator& c) {
+      [=](Transport& c) {
         c.reduceScatter(pi, po, count, e.dtype, op, f.get());
       },
       std::move(copies));
@@ -551,7 +550,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall_base(
   return enqueue(
       "c10d::alltoall_base", c10d::OpType::ALLTOALL_BASE, device, {in, out},
       {output},
-      [=](coll::Communicator& c) {
+      [=](Transport& c) {
         c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
       },
       std::move(copies));
@@ -601,7 +600,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall(
   }
   return enqueue(
       "c10d::alltoall", c10d::OpType::ALLTOALL, device, {in, out}, outputs,
-      [=](coll::Communicator& c) {
+      [=](Transport& c) {
         c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
       },
       std::move(copies));
@@ -648,7 +647,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::gather(
                               .view(outs[k].sizes()));
   return enqueue(
       "c10d::gather", c10d::OpType::GATHER, device, {in, buf}, outs,
-      [=](coll::Communicator& c) {
+      [=](Transport& c) {
         c.gatherV(pi, pb, counts, coll::DataType::kUInt8, root);
       },
       std::move(copies));
@@ -692,7 +691,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::scatter(
   if (!out.is_same(output)) copies.emplace_back(output, out);
   return enqueue(
       "c10d::scatter", c10d::OpType::SCATTER, device, {buf, out}, {output},
-      [=](coll::Communicator& c) {
+      [=](Transport& c) {
         c.scatterV(pb, po, counts, coll::DataType::kUInt8, root);
       },
       std::move(copies));
@@ -713,7 +712,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::send(
   const char* p = ptr(d);
   const size_t n = nbytes(d);
   return enqueue("c10d::send", c10d::OpType::SEND, device, {d}, {},
-                 [=](coll::Communicator& c) { c.send(p, n, dst, tag); });
+                 [=](Transport& c) { c.send(p, n, dst, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::recv(
@@ -738,8 +737,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::recv(
   if (!d.is_same(t)) copies.emplace_back(t, d);
   return enqueue(
       "c10d::recv", c10d::OpType::RECV, device, {d}, {t},
-      [=](coll::Communicator& c) { c.recv(p, n, src, tag); },
-      std::move(copies));
+      [=](Transport& c) { c.recv(p, n, src, tag); }, std::move(copies));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::barrier(
@@ -752,7 +750,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::barrier(
   // The host waits for a barrier (as with NCCL).
   return enqueue(
       "c10d::barrier", c10d::OpType::BARRIER, device, {}, {},
-      [](coll::Communicator& c) { c.barrier(); }, {}, /*blocks_host=*/true);
+      [](Transport& c) { c.barrier(); }, {}, /*blocks_host=*/true);
 }
 
 void NeuronBackend::startCoalescing() {
@@ -769,15 +767,14 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::endCoalescing() {
     // Collectives in the block were queued as they came: the returned work
     // completes after the last of them.
     return enqueue("c10d::coalesced", c10d::OpType::COALESCED, device, {}, {},
-                   [](coll::Communicator&) {});
+                   [](Transport&) {});
   }
   auto ops = std::move(p->ops);
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < ops.size(); ++i)
     if (!ops[i].is_send) outs.push_back(p->tensors[i]);
   return enqueue("c10d::batch_isend_irecv", c10d::OpType::COALESCED, device,
-                 p->tensors, outs,
-                 [ops](coll::Communicator& c) { c.exchange(ops); });
+                 p->tensors, outs, [ops](Transport& c) { c.exchange(ops); });
 }
 
 }  // namespace torch_neuronx

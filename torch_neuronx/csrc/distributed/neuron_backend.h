@@ -30,14 +30,19 @@
 
 namespace torch_neuronx {
 
+class Transport;
+
 class NeuronBackend final : public c10d::Backend {
  public:
   // Joins the communicator of this group (its name is agreed through
   // `store`); returns when every rank has joined, or throws
   // DistBackendError after `timeout`.
+  // `inter_host`: a gloo backend of the same ranks when they are on
+  // different hosts (then it carries every collective), else null.
   NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                 int size, std::chrono::milliseconds timeout,
-                std::string group_name);
+                std::string group_name,
+                c10::intrusive_ptr<c10d::Backend> inter_host = {});
   ~NeuronBackend() override;
 
   const std::string getBackendName() const override { return "neuron"; }
@@ -136,7 +141,7 @@ class NeuronBackend final : public c10d::Backend {
   int size_;
   std::string group_name_;
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<neuron_rt::collectives::Communicator> comm_;
+  std::unique_ptr<Transport> transport_;
   c10::DeviceIndex device_ = -1;
   std::optional<c10::Stream> comm_stream_;
   uint64_t seq_ = 0;
