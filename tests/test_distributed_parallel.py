@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from dist_jobs.launch import check_all_ok, run_ranks
 
 JOBS = Path(__file__).parent / "dist_jobs"
@@ -43,12 +42,6 @@ def test_dtensor_2d_mesh_fsdp_and_tp():
     run_job("dtensor_worker.py", 4, timeout=240, args=("2d",))
 
 
-@pytest.mark.xfail(
-    reason="neuron backend has no communicator splitting: NeuronBackend does not override "
-    "supportsSplitting()/split(), so dist.split_group, and DeviceMesh after "
-    "init_process_group(device_id=...), raise 'does not support splitting'",
-    strict=True,
-)
 def test_split_group_with_bound_device():
     run_job("split_worker.py", 2, timeout=90)
 

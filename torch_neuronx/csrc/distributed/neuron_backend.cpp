@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <random>
@@ -106,6 +107,7 @@ NeuronBackend::NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store,
       pending_(std::make_unique<Pending>()) {
   if (inter_host) {
     // The group spans hosts: gloo carries it (see transport.h).
+    spans_hosts_ = true;
     transport_ = glooTransport(std::move(inter_host), rank, size);
     return;
   }
@@ -145,6 +147,27 @@ void NeuronBackend::drain() {
     } catch (...) {
     }
   }
+}
+
+c10::intrusive_ptr<c10d::Backend> NeuronBackend::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;  // not a member of the new group
+  TORCH_CHECK(!spans_hosts_,
+              "neuron backend: splitting a group whose ranks are on different "
+              "hosts is not supported; create the sub-group with "
+              "dist.new_group(ranks) (init_process_group without device_id)");
+  const int group_rank = static_cast<int>(it - ranks.begin());
+  const auto timeout =
+      opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
+  std::string name = opts && !opts->group_name.empty() ? opts->group_name
+                                                       : group_name_ + "/split";
+  auto child = c10::make_intrusive<NeuronBackend>(
+      store, group_rank, static_cast<int>(ranks.size()), timeout,
+      std::move(name));
+  child->device_ = device_;
+  return child;
 }
 
 void NeuronBackend::abort() {

@@ -46,7 +46,15 @@ class NeuronBackend final : public c10d::Backend {
   ~NeuronBackend() override;
 
   const std::string getBackendName() const override { return "neuron"; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
   bool supportsCoalescing() const override { return true; }
+  // DeviceMesh and dist.split_group make sub-groups by splitting (a group
+  // bound to a device, init_process_group(device_id=...)).
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<Options>& opts) override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -139,6 +147,7 @@ class NeuronBackend final : public c10d::Backend {
 
   int rank_;
   int size_;
+  bool spans_hosts_ = false;
   std::string group_name_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Transport> transport_;

@@ -14,13 +14,39 @@ namespace py = pybind11;
 
 namespace torch_neuronx {
 
+namespace {
+
+// The backend's options as torch.distributed's Python code handles them:
+// split_group deep-copies the parent backend's `options` to pass them on.
+struct NeuronBackendOptions final : c10d::Backend::Options {
+  explicit NeuronBackendOptions(std::chrono::milliseconds timeout)
+      : Options("neuron", timeout) {}
+};
+
+}  // namespace
+
 void bindDistributed(py::module_& m) {
+  py::class_<NeuronBackendOptions, c10d::Backend::Options,
+             c10::intrusive_ptr<NeuronBackendOptions>>(m,
+                                                       "_NeuronBackendOptions")
+      .def("__deepcopy__", [](const NeuronBackendOptions& o, py::dict) {
+        auto c = c10::make_intrusive<NeuronBackendOptions>(o.timeout);
+        c->group_name = o.group_name;
+        c->group_desc = o.group_desc;
+        c->global_ranks_in_group = o.global_ranks_in_group;
+        return c;
+      });
+  py::class_<NeuronBackend, c10d::Backend, c10::intrusive_ptr<NeuronBackend>>(
+      m, "_NeuronBackend")
+      .def_property_readonly("options", [](const NeuronBackend& b) {
+        return c10::make_intrusive<NeuronBackendOptions>(b.timeout());
+      });
   m.def(
       "_create_neuron_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
          double timeout_seconds, std::string group_name,
          std::optional<c10::intrusive_ptr<c10d::Backend>> inter_host)
-          -> c10::intrusive_ptr<c10d::Backend> {
+          -> c10::intrusive_ptr<NeuronBackend> {
         const auto timeout = std::chrono::milliseconds(
             static_cast<int64_t>(timeout_seconds * 1000.0));
         return c10::make_intrusive<NeuronBackend>(
