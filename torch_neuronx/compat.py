@@ -24,12 +24,20 @@ torch.distributed (default backend)
     The shim makes an undefined backend mean ``cpu:gloo,neuron:neuron`` when the
     accelerator is neuron; an explicit backend, and every other accelerator, are left
     alone.
+
+torch.nn.parallel.DistributedDataParallel (bf16 compression hooks)
+    ``DDP._check_comm_hook`` refuses ``bf16_compress_hook`` and
+    ``bf16_compress_wrapper_hook`` unless the module is on CUDA with NCCL >= 2.10 or on
+    XPU with XCCL — a hard-coded device list, not a capability query. The ``neuron``
+    backend reduces bfloat16, so for modules on neuron the shim passes those two hooks
+    to the same check under another name; every other check still applies.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.abc
+import inspect
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -121,6 +129,34 @@ def _patch_default_process_group_backend() -> None:
 
     __init__._neuron_shim = True  # type: ignore[attr-defined]
     cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+_BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
+
+
+def allow_ddp_bf16_comm_hooks() -> None:
+    """See the module docstring (DistributedDataParallel's bf16 compression hooks)."""
+    from torch.nn.parallel import distributed as ddp_module
+
+    ddp = ddp_module.DistributedDataParallel
+    check = ddp._check_comm_hook
+    if getattr(check, "_neuron", False):
+        return
+
+    def _check_comm_hook(self, hook):
+        if getattr(hook, "__name__", None) in _BF16_HOOKS and self.device_type == "neuron":
+            # Every other check still applies: they see the hook under another name.
+            def stand_in(*args, **kwargs):
+                return hook(*args, **kwargs)
+
+            stand_in.__signature__ = inspect.signature(hook)
+            stand_in.__name__ = f"neuron_{hook.__name__}"
+            return check(self, stand_in)
+        return check(self, hook)
+
+    _check_comm_hook._neuron = True
+    _check_comm_hook.__doc__ = check.__doc__
+    ddp._check_comm_hook = _check_comm_hook
 
 
 def install() -> None:

@@ -13,7 +13,6 @@ stream of the process's device, ordered with the compute around them
 
 from __future__ import annotations
 
-import inspect
 import os
 import socket
 from datetime import timedelta
@@ -73,36 +72,9 @@ def register() -> None:
     dist.Backend.register_backend(
         BACKEND_NAME, _create_backend, extended_api=True, devices=["neuron"]
     )
-    _allow_bf16_comm_hooks()
+    from .compat import allow_ddp_bf16_comm_hooks
 
-
-# DDP refuses the bf16 compression hooks unless it sees CUDA with NCCL >= 2.10 or
-# XPU with XCCL; the neuron backend reduces bfloat16 too.
-_BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
-
-
-def _allow_bf16_comm_hooks() -> None:
-    from torch.nn.parallel import distributed as ddp_module
-
-    ddp = ddp_module.DistributedDataParallel
-    check = ddp._check_comm_hook
-    if getattr(check, "_neuron", False):
-        return
-
-    def _check_comm_hook(self, hook):
-        if getattr(hook, "__name__", None) in _BF16_HOOKS and self.device_type == "neuron":
-            # Every other check still applies: they see the hook under another name.
-            def stand_in(*args, **kwargs):
-                return hook(*args, **kwargs)
-
-            stand_in.__signature__ = inspect.signature(hook)
-            stand_in.__name__ = f"neuron_{hook.__name__}"
-            return check(self, stand_in)
-        return check(self, hook)
-
-    _check_comm_hook._neuron = True
-    _check_comm_hook.__doc__ = check.__doc__
-    ddp._check_comm_hook = _check_comm_hook
+    allow_ddp_bf16_comm_hooks()
 
 
 def cleanup_stale_shared_memory() -> int:
