@@ -148,3 +148,33 @@ def test_kernel_warnings_reach_python_warnings():
         "indexing with dtype torch.uint8 is now deprecated" in str(w.message) for w in caught
     ), [str(w.message) for w in caught]
     assert y.cpu().tolist() == [0.0, 2.0]
+
+
+def test_a_training_loop_waits_only_in_its_first_step():
+    # The first call of each signature is validated (the host waits for it). Later
+    # steps — changing learning rate (float scalars), changing sequence length
+    # (sizes) — must not be validated again, so they run fully asynchronously.
+    from torch_neuronx import _C
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(50, 32),
+        torch.nn.Linear(32, 64),
+        torch.nn.GELU(),
+        torch.nn.Linear(64, 50),
+    ).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    counts = []
+    for step in range(6):
+        seq = 8 + step  # a new length every step
+        x = torch.randint(0, 50, (4, seq), device="neuron")
+        loss = F.cross_entropy(model(x).reshape(-1, 50), x.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss.item()
+        counts.append(_C._validated_call_count())
+    assert counts[0] == counts[-1], counts

@@ -1,5 +1,6 @@
 #include "aten/first_call_validation.h"
 
+#include <atomic>
 #include <unordered_set>
 #include <vector>
 
@@ -9,6 +10,8 @@ namespace torch_neuronx {
 namespace {
 
 constexpr size_t kMaxSignatures = 16384;
+
+std::atomic<uint64_t> g_validated_calls{0};
 
 struct WordsHash {
   size_t operator()(const std::vector<int64_t>& w) const {
@@ -31,6 +34,10 @@ bool shouldValidate(const MetaCacheKey& signature) {
   return !launchBlocking() && validated().count(signature.words()) == 0;
 }
 
+uint64_t validatedCallCount() {
+  return g_validated_calls.load(std::memory_order_relaxed);
+}
+
 void raiseAtCall(const ValidationResult& result) {
   for (const c10::Warning& w : result.warnings) c10::warn(w);
   if (result.error) std::rethrow_exception(result.error);
@@ -39,6 +46,7 @@ void raiseAtCall(const ValidationResult& result) {
 void finishValidation(c10::DeviceIndex device, const FailureSlot& slot,
                       const MetaCacheKey& signature,
                       const MetaCacheKey& meta_key) {
+  g_validated_calls.fetch_add(1, std::memory_order_relaxed);
   synchronizeStream(currentStream(device));
   if (slot->error) forgetCachedMeta(meta_key);
   raiseAtCall(*slot);

@@ -19,6 +19,7 @@
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <vector>
@@ -47,6 +48,10 @@ using FailureSlot = std::shared_ptr<ValidationResult>;
 // (run_on_device.h).
 template <typename F>
 void runOnDeviceInto(const FailureSlot& slot, F&& f);
+
+// How many calls were validated so far (all threads): a training loop's
+// count stops growing after its first step.
+uint64_t validatedCallCount();
 
 // On the host, after the item ran: its warnings, then its exception.
 void raiseAtCall(const ValidationResult& result);

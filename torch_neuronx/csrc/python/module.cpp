@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "aten/first_call_validation.h"
 #include "aten/op_stats.h"
 #include "core/caching_allocator.h"
 #include "core/device.h"
@@ -88,6 +89,7 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_init", [] { (void)runtime(); });
+  m.def("_validated_call_count", [] { return validatedCallCount(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::inBadFork(); });
   m.def("_device_count", [] {
