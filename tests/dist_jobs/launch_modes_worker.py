@@ -21,7 +21,9 @@ def check(rank, world):
         dist.all_reduce(c)  # gloo, for CPU tensors
         assert c.tolist() == [world * (world + 1) / 2] * 4
     dist.barrier()
-    print("BACKEND", dist.get_backend())
+    # One write: ranks started by torchrun share a stdout (unbuffered here).
+    sys.stdout.write(f"BACKEND {dist.get_backend()}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

@@ -212,9 +212,11 @@ void Communicator::join(const CommOptions& options) {
     if (options.cleanup_stale) ShmSegment::cleanupStale();
     // The staging half holds an all-reduce chunk and its reduced slices;
     // all-to-all also needs room for the size matrix row and N sub-areas.
-    const size_t chunk = alignUp(
-        std::max({options.chunk_bytes, size_t{64} << 10, size_t(n) * 256}),
-        4096);
+    const size_t wanted = options.chunk_bytes != 0 ? options.chunk_bytes
+                          : n <= cpusAvailable()   ? size_t{1} << 20
+                                                   : size_t{4} << 20;
+    const size_t chunk =
+        alignUp(std::max({wanted, size_t{64} << 10, size_t(n) * 256}), 4096);
     size_t p2p = options.p2p_bytes;
     const size_t pairs = size_t(n) * size_t(n - 1);
     if (p2p == 0) {
