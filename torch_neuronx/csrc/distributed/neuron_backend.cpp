@@ -86,6 +86,26 @@ Factor factorOf(const c10d::ReduceOp& op, c10::DeviceIndex device) {
   return f;
 }
 
+// An output the collective writes through `dense`, its contiguous stand-in:
+// copied back unless they are the same tensor.
+CopyBacks copyBackIfStaged(const at::Tensor& output, const at::Tensor& dense) {
+  CopyBacks c;
+  if (!dense.is_same(output)) c.emplace_back(output, dense);
+  return c;
+}
+
+// Outputs filled from consecutive pieces of the flat buffer `buf`.
+CopyBacks unpack(const std::vector<at::Tensor>& outputs,
+                 const at::Tensor& buf) {
+  CopyBacks c;
+  int64_t offset = 0;
+  for (const at::Tensor& t : outputs) {
+    c.emplace_back(t, buf.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+  return c;
+}
+
 void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
   TORCH_CHECK(tensors.size() == 1, "neuron backend: ", what,
               " takes exactly one tensor per process (got ", tensors.size(),
@@ -202,6 +222,17 @@ c10::DeviceIndex NeuronBackend::bindDevice(const at::Tensor& t,
   return d;
 }
 
+c10::DeviceIndex NeuronBackend::bindInputOutput(const at::Tensor& input,
+                                                const at::Tensor& output,
+                                                const char* what) {
+  const c10::DeviceIndex d = bindDevice(input, what);
+  bindDevice(output, what);
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+              "neuron backend: ", what, ": output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  return d;
+}
+
 c10::DeviceIndex NeuronBackend::boundOrCurrentDevice() const {
   return device_ >= 0 ? device_ : currentDevice();
 }
@@ -280,12 +311,10 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce(
   at::Tensor d = dense(t);
   const size_t count = static_cast<size_t>(d.numel()) * e.per_element;
   char* p = ptr(d);
-  CopyBacks copies;
-  if (!d.is_same(t)) copies.emplace_back(t, d);
   return enqueue(
       "c10d::allreduce", c10d::OpType::ALLREDUCE, device, {d, f.tensor}, {t},
       [=](Transport& c) { c.allReduce(p, p, count, e.dtype, op, f.get()); },
-      std::move(copies));
+      copyBackIfStaged(t, d));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce_coalesced(
@@ -311,17 +340,11 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce_coalesced(
   at::Tensor buf = at::cat(flat);
   const size_t count = static_cast<size_t>(buf.numel()) * e.per_element;
   char* p = ptr(buf);
-  CopyBacks copies;
-  int64_t offset = 0;
-  for (at::Tensor& t : tensors) {
-    copies.emplace_back(t, buf.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
   return enqueue(
       "c10d::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, device,
       {buf, f.tensor}, tensors,
       [=](Transport& c) { c.allReduce(p, p, count, e.dtype, op, f.get()); },
-      std::move(copies));
+      unpack(tensors, buf));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::broadcast(
@@ -333,12 +356,10 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::broadcast(
   char* p = ptr(d);
   const size_t n = nbytes(d);
   const int root = static_cast<int>(opts.rootRank);
-  CopyBacks copies;
-  if (!d.is_same(t)) copies.emplace_back(t, d);
   return enqueue(
       "c10d::broadcast", c10d::OpType::BROADCAST, device, {d}, {t},
       [=](Transport& c) { c.broadcast(p, n, coll::DataType::kUInt8, root); },
-      std::move(copies));
+      copyBackIfStaged(t, d));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce(
@@ -353,22 +374,15 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce(
   const size_t count = static_cast<size_t>(d.numel()) * e.per_element;
   char* p = ptr(d);
   const int root = static_cast<int>(opts.rootRank);
-  CopyBacks copies;
-  if (!d.is_same(t) && rank_ == root) copies.emplace_back(t, d);
   return enqueue(
       "c10d::reduce", c10d::OpType::REDUCE, device, {d, f.tensor}, {t},
       [=](Transport& c) { c.reduce(p, p, count, e.dtype, op, root, f.get()); },
-      std::move(copies));
+      rank_ == root ? copyBackIfStaged(t, d) : CopyBacks{});
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
-  const auto device = bindDevice(input, "all_gather_into_tensor");
-  bindDevice(output, "all_gather_into_tensor");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
-              "neuron backend: all_gather_into_tensor: output dtype ",
-              output.scalar_type(), " differs from input dtype ",
-              input.scalar_type());
+  const auto device = bindInputOutput(input, output, "all_gather_into_tensor");
   TORCH_CHECK(output.numel() == input.numel() * size_,
               "neuron backend: output tensor size must be equal to "
               "world_size times input tensor size (got ",
@@ -378,13 +392,11 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_allgather_base(
   const char* pi = ptr(in);
   char* po = ptr(out);
   const size_t n = nbytes(in);
-  CopyBacks copies;
-  if (!out.is_same(output)) copies.emplace_back(output, out);
   return enqueue(
       "c10d::_allgather_base", c10d::OpType::_ALLGATHER_BASE, device, {in, out},
       {output},
       [=](Transport& c) { c.allGather(pi, po, n, coll::DataType::kUInt8); },
-      std::move(copies));
+      copyBackIfStaged(output, out));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(
@@ -414,15 +426,10 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(
   const char* pi = ptr(in);
   char* pb = ptr(buf);
   const size_t n = nbytes(in);
-  CopyBacks copies;
-  for (int k = 0; k < size_; ++k)
-    copies.emplace_back(
-        outs[k],
-        buf.narrow(0, k * input.numel(), input.numel()).view(outs[k].sizes()));
   return enqueue(
       "c10d::allgather", c10d::OpType::ALLGATHER, device, {in, buf}, outs,
       [=](Transport& c) { c.allGather(pi, pb, n, coll::DataType::kUInt8); },
-      std::move(copies));
+      unpack(outs, buf));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather_coalesced(
@@ -455,12 +462,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> NeuronBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input,
     const c10d::ReduceScatterOptions& opts) {
-  const auto device = bindDevice(input, "reduce_scatter_tensor");
-  bindDevice(output, "reduce_scatter_tensor");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
-              "neuron backend: reduce_scatter_tensor: output dtype ",
-              output.scalar_type(), " differs from input dtype ",
-              input.scalar_type());
+  const auto device = bindInputOutput(input, output, "reduce_scatter_tensor");
   TORCH_CHECK(input.numel() == output.numel() * size_,
               "neuron backend: input tensor must be the same size as output "
               "size times world size (got ",
@@ -473,15 +475,13 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_reduce_scatter_base(
   const char* pi = ptr(in);
   char* po = ptr(out);
   const size_t count = static_cast<size_t>(out.numel()) * e.per_element;
-  CopyBacks copies;
-  if (!out.is_same(output)) copies.emplace_back(output, out);
   return enqueue(
       "c10d::_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, device,
       {in, out, f.tensor}, {output},
       [=](Transport& c) {
         c.reduceScatter(pi, po, count, e.dtype, op, f.get());
       },
-      std::move(copies));
+      copyBackIfStaged(output, out));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce_scatter(
@@ -523,12 +523,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input,
     std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
-  const auto device = bindDevice(input, "all_to_all_single");
-  bindDevice(output, "all_to_all_single");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
-              "neuron backend: all_to_all_single: output dtype ",
-              output.scalar_type(), " differs from input dtype ",
-              input.scalar_type());
+  const auto device = bindInputOutput(input, output, "all_to_all_single");
   // Splits are in rows (dim 0); none given: equal parts.
   auto plan = [&](const at::Tensor& t, const std::vector<int64_t>& splits,
                   const char* which, std::vector<size_t>& bytes,
@@ -568,15 +563,13 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall_base(
   at::Tensor out = dense(output);
   const char* pi = ptr(in);
   char* po = ptr(out);
-  CopyBacks copies;
-  if (!out.is_same(output)) copies.emplace_back(output, out);
   return enqueue(
       "c10d::alltoall_base", c10d::OpType::ALLTOALL_BASE, device, {in, out},
       {output},
       [=](Transport& c) {
         c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
       },
-      std::move(copies));
+      copyBackIfStaged(output, out));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall(
@@ -615,18 +608,12 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall(
   at::Tensor out = at::empty({out_numel}, outputs[0].options());
   const char* pi = ptr(in);
   char* po = ptr(out);
-  CopyBacks copies;
-  int64_t at_elem = 0;
-  for (at::Tensor& t : outputs) {
-    copies.emplace_back(t, out.narrow(0, at_elem, t.numel()).view(t.sizes()));
-    at_elem += t.numel();
-  }
   return enqueue(
       "c10d::alltoall", c10d::OpType::ALLTOALL, device, {in, out}, outputs,
       [=](Transport& c) {
         c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
       },
-      std::move(copies));
+      unpack(outputs, out));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::gather(
@@ -662,18 +649,12 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::gather(
   const std::vector<size_t> counts(size_, nbytes(in));
   std::vector<at::Tensor> outs =
       is_root ? outputs[0] : std::vector<at::Tensor>{};
-  CopyBacks copies;
-  if (is_root)
-    for (int k = 0; k < size_; ++k)
-      copies.emplace_back(outs[k],
-                          buf.narrow(0, k * input.numel(), input.numel())
-                              .view(outs[k].sizes()));
   return enqueue(
       "c10d::gather", c10d::OpType::GATHER, device, {in, buf}, outs,
       [=](Transport& c) {
         c.gatherV(pi, pb, counts, coll::DataType::kUInt8, root);
       },
-      std::move(copies));
+      is_root ? unpack(outs, buf) : CopyBacks{});
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::scatter(
@@ -710,14 +691,12 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::scatter(
   const char* pb = is_root ? ptr(buf) : nullptr;
   char* po = ptr(out);
   const std::vector<size_t> counts(size_, nbytes(out));
-  CopyBacks copies;
-  if (!out.is_same(output)) copies.emplace_back(output, out);
   return enqueue(
       "c10d::scatter", c10d::OpType::SCATTER, device, {buf, out}, {output},
       [=](Transport& c) {
         c.scatterV(pb, po, counts, coll::DataType::kUInt8, root);
       },
-      std::move(copies));
+      copyBackIfStaged(output, out));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::send(
@@ -756,11 +735,9 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::recv(
   }
   char* p = ptr(d);
   const size_t n = nbytes(d);
-  CopyBacks copies;
-  if (!d.is_same(t)) copies.emplace_back(t, d);
   return enqueue(
       "c10d::recv", c10d::OpType::RECV, device, {d}, {t},
-      [=](Transport& c) { c.recv(p, n, src, tag); }, std::move(copies));
+      [=](Transport& c) { c.recv(p, n, src, tag); }, copyBackIfStaged(t, d));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::barrier(

@@ -26,11 +26,16 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <utility>
 #include <vector>
 
 namespace torch_neuronx {
 
 class Transport;
+
+// Outputs a collective writes through a contiguous buffer: (output, buffer)
+// pairs, copied on the communication stream after the collective.
+using CopyBacks = std::vector<std::pair<at::Tensor, at::Tensor>>;
 
 class NeuronBackend final : public c10d::Backend {
  public:
@@ -127,12 +132,12 @@ class NeuronBackend final : public c10d::Backend {
   struct Pending;  // send/recv collected between start/endCoalescing
 
   c10::DeviceIndex bindDevice(const at::Tensor& t, const char* what);
+  // An input and an output of one dtype, both on the bound device.
+  c10::DeviceIndex bindInputOutput(const at::Tensor& input,
+                                   const at::Tensor& output, const char* what);
   c10::DeviceIndex boundOrCurrentDevice() const;
   c10::Stream commStream(c10::DeviceIndex device);
   std::string describe(const char* collective, uint64_t seq) const;
-  // Outputs written through a contiguous buffer: (output, buffer) pairs,
-  // copied on the communication stream after the collective.
-  using CopyBacks = std::vector<std::pair<at::Tensor, at::Tensor>>;
   // Queues `body(communicator)` on the communication stream of `device`
   // after the current stream's work, then the copy-backs; `used` are
   // recorded on that stream. The work completes after the copy-backs.
