@@ -13,15 +13,7 @@ constexpr size_t kMaxSignatures = 16384;
 
 std::atomic<uint64_t> g_validated_calls{0};
 
-struct WordsHash {
-  size_t operator()(const std::vector<int64_t>& w) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t x : w) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-    return h;
-  }
-};
-
-using Validated = std::unordered_set<std::vector<int64_t>, WordsHash>;
+using Validated = std::unordered_set<std::vector<int64_t>, KeyWordsHash>;
 
 Validated& validated() {
   thread_local Validated v;

@@ -36,15 +36,8 @@ int64_t bitsOf(double d) {
   return b;
 }
 
-struct KeyHash {
-  size_t operator()(const std::vector<int64_t>& w) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t x : w) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-    return h;
-  }
-};
-
-using Cache = std::unordered_map<std::vector<int64_t>, CachedMeta, KeyHash>;
+using Cache =
+    std::unordered_map<std::vector<int64_t>, CachedMeta, KeyWordsHash>;
 
 Cache& cache() {
   thread_local Cache c;

@@ -62,6 +62,15 @@ class MetaCacheKey {
   bool signature_ = false;
 };
 
+// Hash of a key's words, for containers keyed by them.
+struct KeyWordsHash {
+  size_t operator()(const std::vector<int64_t>& w) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t x : w) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
+    return h;
+  }
+};
+
 // Thread-local, bounded: lookups take no lock.
 const CachedMeta* findCachedMeta(const MetaCacheKey& key);
 void storeCachedMeta(const MetaCacheKey& key, CachedMeta meta);
