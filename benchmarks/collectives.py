@@ -89,6 +89,10 @@ TARGET_SIZE = 64 * MiB
 RESULT_TAG = "RESULT "
 
 
+# The neuron backend with a world's ranks split over two simulated hosts (--two-hosts).
+TWO_HOSTS = "neuron@2hosts"
+
+
 def fmt_size(n: int) -> str:
     for unit, div in (("MiB", MiB), ("KiB", KiB)):
         if n >= div and n % div == 0:
@@ -278,8 +282,12 @@ def run_job(
     timeout: float,
     distributed: bool = True,
     threads: int | None = None,
+    hosts: int = 1,
 ) -> tuple[dict | None, str]:
-    """Runs `world` ranks of this script in worker mode; (rank 0's result, error text)."""
+    """Runs `world` ranks of this script in worker mode; (rank 0's result, error text).
+
+    `hosts` > 1 splits the ranks into that many simulated hosts (blocks of ranks).
+    """
     port = free_port()
     procs, files = [], []
     default_threads = str(max(1, cpu_count() // world))
@@ -299,6 +307,9 @@ def run_job(
                     MASTER_ADDR="127.0.0.1",
                     MASTER_PORT=str(port),
                 )
+                if hosts > 1:
+                    # Ranks split into `hosts` blocks of "hosts" (host identities).
+                    env["TORCH_NEURONX_HOST_ID"] = f"bench-host{rank * hosts // world}"
             # Files, not pipes: a rank that writes a lot must not block on a full pipe.
             out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
             files.append((out, err))
@@ -412,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ddp-steps", type=int, help="timed steps per run (default 10, --quick 4)")
     p.add_argument("--ddp-warmup", type=int, help="untimed steps (default 3, --quick 2)")
     p.add_argument("--no-ddp", action="store_true", help="skip the DDP comparison")
+    p.add_argument(
+        "--two-hosts",
+        action="store_true",
+        help="also run neuron with the ranks of each world >= 4 split over two simulated "
+        "hosts (shared memory within a host, gloo between hosts)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--job-timeout", type=float, help="seconds per job before it is killed (default 180)"
@@ -485,15 +502,19 @@ def main(argv: list[str] | None = None) -> int:
     sizes_arg = ",".join(str(s) for s in args.sizes)
     for rnd in range(args.rounds):
         for world in worlds:
-            order = ("neuron", "gloo") if (rnd + world) % 2 == 0 else ("gloo", "neuron")
+            order = ["neuron", "gloo"] if (rnd + world) % 2 == 0 else ["gloo", "neuron"]
+            if args.two_hosts and world >= 4:
+                order.append(TWO_HOSTS)
             for backend in order:
                 t0 = time.monotonic()
-                wargs = ["--worker", "allreduce", "--backend", backend, "--sizes", sizes_arg]
+                hosts = 2 if backend == TWO_HOSTS else 1
+                wargs = ["--worker", "allreduce", "--backend", backend.split("@")[0]]
+                wargs += ["--sizes", sizes_arg]
                 wargs += ["--warmup", str(args.warmup), "--max-iters", str(args.max_iters)]
                 wargs += ["--target-s", str(target_ms / 1e3), *common]
-                res, err = run_job(wargs, world, job_timeout)
+                res, err = run_job(wargs, world, job_timeout, hosts=hosts)
                 took = f"{time.monotonic() - t0:.1f} s"
-                tag = f"  round {rnd + 1} world {world} {backend:<6}:"
+                tag = f"  round {rnd + 1} world {world} {backend:<13}:"
                 if res is None:
                     errors[(world, backend)] = err
                     print(f"{tag} FAILED after {took}: {err}", flush=True)
@@ -590,6 +611,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"{iters_of(kg, size):>7} {spread_of(kg, size):>5} | "
                 f"{ratio(nbw, gbw):>6} | {mpct:>8}{mark}"
             )
+        k2 = (world, TWO_HOSTS)
+        if k2 in runs or k2 in errors:
+            print(
+                f"  neuron with ranks 0-{world // 2 - 1} and {world // 2}-{world - 1} on two "
+                f"simulated hosts (shared memory within, gloo between):"
+            )
+            if k2 in errors:
+                print(f"   failed in a round: {errors[k2]}")
+            for size in args.sizes:
+                ht, gt = median_of(k2, size), median_of(kg, size)
+                hbw = size / ht * bus_factor(world) if ht else None
+                gbw = size / gt * bus_factor(world) if gt else None
+                print(
+                    f"{fmt_size(size):>9} | {usec(ht):>10} {gbps(hbw):>6} "
+                    f"{iters_of(k2, size):>7} {spread_of(k2, size):>5} | vs gloo {ratio(hbw, gbw)}"
+                )
         smallest = min(args.sizes)
         nt, gt = median_of(kn, smallest), median_of(kg, smallest)
         if nt and gt:

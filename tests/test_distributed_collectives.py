@@ -21,21 +21,34 @@ def test_backend_is_registered_for_the_neuron_device():
 def test_every_collective_on_every_dtype(world):
     outs = check_all_ok(run_ranks(str(HERE / "collectives_worker.py"), world, timeout=300))
     for out in outs:
+        assert "TRANSPORT shared_memory" in out, out[:500]
         assert "DONE" in out and ", 0 failed" in out, out
 
 
-def test_every_collective_across_two_hosts():
-    # Ranks 0-1 and 2-3 on different "hosts" (host identities): the group cannot
-    # share memory, so gloo carries it, on host views of the device memory.
+@pytest.mark.parametrize(
+    "world,host_of,transport",
+    [
+        (4, lambda r: r // 2, "hierarchical"),  # 2 hosts x 2 ranks
+        (4, lambda r: r % 2, "hierarchical"),  # interleaved: hosts {0, 2} and {1, 3}
+        (3, lambda r: r // 2, "hierarchical"),  # uneven: 2 ranks + 1 rank
+        (2, lambda r: r, "gloo"),  # one rank per host
+    ],
+    ids=["2x2", "interleaved", "uneven", "one-per-host"],
+)
+def test_every_collective_across_hosts(world, host_of, transport):
+    # Ranks on different "hosts" (host identities) cannot share memory: gloo
+    # carries what goes between hosts, on host views of the device memory; a
+    # host's ranks still reduce and broadcast through their shared memory.
     outs = check_all_ok(
         run_ranks(
             str(HERE / "collectives_worker.py"),
-            4,
+            world,
             timeout=300,
-            rank_env=lambda r: {"TORCH_NEURONX_HOST_ID": f"host{r // 2}"},
+            rank_env=lambda r: {"TORCH_NEURONX_HOST_ID": f"host{host_of(r)}"},
         )
     )
     for out in outs:
+        assert f"TRANSPORT {transport}" in out, out[:500]
         assert "DONE" in out and ", 0 failed" in out, out
 
 

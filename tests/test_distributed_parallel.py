@@ -14,8 +14,12 @@ from dist_jobs.launch import check_all_ok, run_ranks
 JOBS = Path(__file__).parent / "dist_jobs"
 
 
-def run_job(script: str, world: int, timeout: float = 150, args: tuple[str, ...] = ()):
-    outs = check_all_ok(run_ranks(str(JOBS / script), world, timeout=timeout, args=args))
+def run_job(
+    script: str, world: int, timeout: float = 150, args: tuple[str, ...] = (), rank_env=None
+):
+    outs = check_all_ok(
+        run_ranks(str(JOBS / script), world, timeout=timeout, args=args, rank_env=rank_env)
+    )
     for rank, out in enumerate(outs):
         assert ", 0 failed" in out and "DONE" in out, f"rank {rank}:\n{out[-4000:]}"
         assert "DONE 0 checks" not in out, f"rank {rank} checked nothing"
@@ -43,7 +47,20 @@ def test_dtensor_2d_mesh_fsdp_and_tp():
 
 
 def test_split_group_with_bound_device():
-    run_job("split_worker.py", 2, timeout=90)
+    outs = run_job("split_worker.py", 2, timeout=90)
+    assert "TRANSPORTS shared_memory shared_memory shared_memory" in outs[0], outs[0][-2000:]
+
+
+def test_split_group_across_hosts():
+    # Ranks 0-1 and 2-3 on two "hosts": the mesh's tp groups stay within a host
+    # (shared memory), its dp groups span both (gloo), the world is hierarchical.
+    outs = run_job(
+        "split_worker.py",
+        4,
+        timeout=180,
+        rank_env=lambda r: {"TORCH_NEURONX_HOST_ID": f"host{r // 2}"},
+    )
+    assert "TRANSPORTS hierarchical gloo shared_memory" in outs[0], outs[0][-2000:]
 
 
 def test_pipelining_gpipe_and_1f1b():

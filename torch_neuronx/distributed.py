@@ -41,10 +41,12 @@ def host_identity() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
-def _spans_hosts(store, rank: int, size: int) -> bool:
+def _host_of_rank(store, rank: int, size: int) -> list[int]:
+    """Each rank's host, numbered in the order of the hosts' lowest ranks."""
     store.set(f"neuron_host/{rank}", host_identity())
-    hosts = {store.get(f"neuron_host/{r}").decode() for r in range(size)}
-    return len(hosts) > 1
+    ids = [store.get(f"neuron_host/{r}").decode() for r in range(size)]
+    numbers: dict[str, int] = {}
+    return [numbers.setdefault(i, len(numbers)) for i in ids]
 
 
 def _create_backend(dist_backend_opts, backend_options):
@@ -55,13 +57,25 @@ def _create_backend(dist_backend_opts, backend_options):
     store = dist_backend_opts.store
     rank, size = dist_backend_opts.group_rank, dist_backend_opts.group_size
     group = dist_backend_opts.group_id or "default_pg"
-    inter_host = None
-    if size > 1 and _spans_hosts(store, rank, size):
-        # Ranks on different hosts cannot share memory: gloo carries the group.
-        inter_host = dist.ProcessGroupGloo(
-            dist.PrefixStore("neuron_gloo/", store), rank, size, timeout
+    host_of_rank = _host_of_rank(store, rank, size) if size > 1 else [0]
+    n_hosts = max(host_of_rank) + 1
+    if n_hosts == 1:
+        return _C._create_neuron_backend(store, rank, size, timeout.total_seconds(), group)
+    # Ranks on different hosts cannot share memory: gloo carries what goes
+    # between hosts. With several ranks on a host, only its lowest rank (its
+    # "leader") talks to the other hosts' for reductions and broadcasts.
+    every_rank = dist.ProcessGroupGloo(
+        dist.PrefixStore("neuron_gloo/", store), rank, size, timeout
+    )
+    host = host_of_rank[rank]
+    leaders = None
+    if n_hosts < size and host_of_rank.index(host) == rank:
+        leaders = dist.ProcessGroupGloo(
+            dist.PrefixStore("neuron_gloo_leaders/", store), host, n_hosts, timeout
         )
-    return _C._create_neuron_backend(store, rank, size, timeout.total_seconds(), group, inter_host)
+    return _C._create_neuron_backend(
+        store, rank, size, timeout.total_seconds(), group, every_rank, leaders, host_of_rank
+    )
 
 
 def register() -> None:

@@ -19,6 +19,9 @@ torch.neuron.set_device(local)
 dev = torch.device("neuron", local)
 dist.init_process_group("neuron", timeout=timedelta(seconds=60))
 assert dist.get_backend() == "neuron", dist.get_backend()
+# How the data moves (shared memory on one host; gloo, or shared memory within
+# hosts and gloo between them, across hosts): the tests check the choice.
+print("TRANSPORT", dist.group.WORLD._get_backend(dev).transport, flush=True)
 
 failures = []
 checks = 0

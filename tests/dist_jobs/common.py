@@ -26,8 +26,7 @@ _checks = 0
 
 def setup(backend: str = "neuron", bind_device: bool = False) -> None:
     """``bind_device`` passes ``device_id`` (eager initialisation): DeviceMesh then
-    creates its sub-groups with ``split_group``, which the neuron backend lacks
-    (see split_worker.py)."""
+    creates its sub-groups with ``split_group`` (see split_worker.py)."""
     torch.neuron.set_device(local)
     kw = {"device_id": dev} if bind_device else {}
     dist.init_process_group(backend, timeout=timedelta(seconds=90), **kw)

@@ -1,24 +1,64 @@
-"""Minimal reproduction: a 2-d DeviceMesh after init_process_group(device_id=...).
+"""Sub-groups made by splitting: ``dist.split_group`` and a 2-d DeviceMesh after
+``init_process_group(device_id=...)``.
 
-With a bound device (eager initialisation) and an accelerator present, DeviceMesh
-creates each dimension's sub-groups with ``dist.split_group``, which needs the
-parent backend to support splitting (``Backend::supportsSplitting()`` and
-``Backend::split``); the neuron backend has neither, so this raises "No backend for
-the parent process group or its backend does not support splitting". Without
-``device_id`` the mesh is built with ``new_group`` and works (dtensor_worker.py 2d).
+With a bound device (eager initialisation) DeviceMesh creates each dimension's
+sub-groups with ``dist.split_group``, which calls the parent backend's
+``split`` (``Backend::supportsSplitting()``). Run on one host and with the ranks on
+two "hosts" (TORCH_NEURONX_HOST_ID), where a split must carry the host layout: a
+sub-group within one host moves data through shared memory, one across hosts
+through gloo.
 """
 
 import torch
 import torch.distributed as dist
-from common import dev, expect, expect_close, finish, rank, setup
+from common import dev, expect, expect_close, finish, rank, setup, world
 from torch.distributed.device_mesh import init_device_mesh
 
 setup(bind_device=True)
-# Two ranks: one sub-group of both, and a (1, 2) mesh (split on both dims).
-sub = dist.split_group(split_ranks=[[0, 1]])
+
+
+def transport(group) -> str:
+    return group._get_backend(dev).transport
+
+
+# One sub-group of every rank, and one of the even ranks.
+sub = dist.split_group(split_ranks=[list(range(world))])
 t = torch.full((4,), float(rank), device=dev)
 dist.all_reduce(t, group=sub)
-expect_close("split_group all_reduce", t, torch.full((4,), 1.0))
-mesh = init_device_mesh("neuron", (1, 2), mesh_dim_names=("dp", "tp"))
-expect("2-d mesh with a bound device", mesh["tp"].size() == 2)
+expect_close("split_group all_reduce", t, torch.full((4,), float(sum(range(world)))))
+expect("split keeps the parent's transport", transport(sub) == transport(dist.group.WORLD))
+evens = list(range(0, world, 2))
+part = dist.split_group(split_ranks=[evens])
+if rank in evens:
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t, group=part)
+    expect_close("even ranks' all_reduce", t, torch.full((3,), float(sum(r + 1 for r in evens))))
+    b = torch.arange(5.0, device=dev) * (rank + 1)
+    dist.broadcast(b, src=evens[-1], group=part)
+    expect_close("even ranks' broadcast", b, torch.arange(5.0) * (evens[-1] + 1))
+else:
+    expect("not a member", part is None, part)
+
+# A 2-d mesh (split on both dimensions); its rows are the ranks of a "host"
+# when the job runs as two hosts of world // 2 ranks.
+mesh = init_device_mesh("neuron", (2, world // 2), mesh_dim_names=("dp", "tp"))
+expect("2-d mesh with a bound device", mesh["tp"].size() == world // 2)
+for dim in ("dp", "tp"):
+    group = mesh.get_group(dim)
+    t = torch.full((2,), float(rank), device=dev)
+    dist.all_reduce(t, group=group)
+    members = dist.get_process_group_ranks(group)
+    expect_close(f"mesh {dim} all_reduce", t, torch.full((2,), float(sum(members))))
+    g = [torch.empty(2, device=dev) for _ in members]
+    dist.all_gather(g, torch.full((2,), float(rank), device=dev), group=group)
+    expect_close(
+        f"mesh {dim} all_gather", torch.stack(g)[:, 0], torch.tensor(members, dtype=torch.float)
+    )
+print(
+    "TRANSPORTS",
+    transport(dist.group.WORLD),
+    transport(mesh.get_group("dp")),
+    transport(mesh.get_group("tp")),
+    flush=True,
+)
 finish()

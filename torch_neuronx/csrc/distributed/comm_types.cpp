@@ -37,6 +37,32 @@ std::optional<CommElement> reducibleAs(at::ScalarType t) {
   }
 }
 
+at::ScalarType scalarTypeOf(coll::DataType t) {
+  switch (t) {
+    case coll::DataType::kFloat32:
+      return at::kFloat;
+    case coll::DataType::kFloat64:
+      return at::kDouble;
+    case coll::DataType::kFloat16:
+      return at::kHalf;
+    case coll::DataType::kBFloat16:
+      return at::kBFloat16;
+    case coll::DataType::kInt8:
+      return at::kChar;
+    case coll::DataType::kInt16:
+      return at::kShort;
+    case coll::DataType::kInt32:
+      return at::kInt;
+    case coll::DataType::kInt64:
+      return at::kLong;
+    case coll::DataType::kUInt8:
+      return at::kByte;
+    case coll::DataType::kBool:
+      return at::kBool;
+  }
+  return at::kByte;
+}
+
 coll::ReduceOp commReduceOp(const c10d::ReduceOp& op, at::ScalarType t) {
   const bool floating = at::isFloatingType(t) || at::isComplexType(t);
   const bool complex = at::isComplexType(t);

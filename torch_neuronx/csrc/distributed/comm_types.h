@@ -20,6 +20,8 @@ struct CommElement {
   int per_element = 1;
 };
 std::optional<CommElement> reducibleAs(at::ScalarType t);
+// The torch dtype of a communicator element type.
+at::ScalarType scalarTypeOf(coll::DataType t);
 
 // A reduce op on `t`, or a DistBackendError naming what is not supported
 // (as NCCL: AVG and PREMUL_SUM on floating types only, bitwise ops on

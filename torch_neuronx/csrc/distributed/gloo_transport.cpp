@@ -9,36 +9,11 @@
 
 #include <cstring>
 
+#include "distributed/comm_types.h"
 #include "distributed/transport.h"
 
 namespace torch_neuronx {
 namespace {
-
-at::ScalarType scalarType(coll::DataType t) {
-  switch (t) {
-    case coll::DataType::kFloat32:
-      return at::kFloat;
-    case coll::DataType::kFloat64:
-      return at::kDouble;
-    case coll::DataType::kFloat16:
-      return at::kHalf;
-    case coll::DataType::kBFloat16:
-      return at::kBFloat16;
-    case coll::DataType::kInt8:
-      return at::kChar;
-    case coll::DataType::kInt16:
-      return at::kShort;
-    case coll::DataType::kInt32:
-      return at::kInt;
-    case coll::DataType::kInt64:
-      return at::kLong;
-    case coll::DataType::kUInt8:
-      return at::kByte;
-    case coll::DataType::kBool:
-      return at::kBool;
-  }
-  return at::kByte;
-}
 
 // A CPU tensor over `count` elements at `p` (device memory is host memory).
 at::Tensor view(const void* p, size_t count, at::ScalarType t) {
@@ -53,7 +28,7 @@ class GlooTransport final : public Transport {
 
   void allReduce(const void* in, void* out, size_t count, coll::DataType dtype,
                  coll::ReduceOp op, double factor) override {
-    const at::ScalarType st = scalarType(dtype);
+    const at::ScalarType st = scalarTypeOf(dtype);
     at::Tensor dst = view(out, count, st);
     if (in != out) dst.copy_(view(in, count, st));
     if (count == 0) return;
@@ -109,9 +84,9 @@ class GlooTransport final : public Transport {
   void reduce(const void* in, void* out, size_t count, coll::DataType dtype,
               coll::ReduceOp op, int root, double factor) override {
     // All ranks reduce into a scratch copy; the root keeps the result.
-    at::Tensor scratch = view(in, count, scalarType(dtype)).clone();
+    at::Tensor scratch = view(in, count, scalarTypeOf(dtype)).clone();
     allReduce(scratch.data_ptr(), scratch.data_ptr(), count, dtype, op, factor);
-    if (rank_ == root) view(out, count, scalarType(dtype)).copy_(scratch);
+    if (rank_ == root) view(out, count, scalarTypeOf(dtype)).copy_(scratch);
   }
 
   void broadcast(void* buf, size_t count, coll::DataType dtype,
@@ -175,7 +150,7 @@ class GlooTransport final : public Transport {
   void reduceScatter(const void* in, void* out, size_t count,
                      coll::DataType dtype, coll::ReduceOp op,
                      double factor) override {
-    const at::ScalarType st = scalarType(dtype);
+    const at::ScalarType st = scalarTypeOf(dtype);
     at::Tensor all = view(in, count * size_, st).clone();
     allReduce(all.data_ptr(), all.data_ptr(), count * size_, dtype, op, factor);
     view(out, count, st).copy_(all.narrow(0, rank_ * count, count));
@@ -223,6 +198,7 @@ class GlooTransport final : public Transport {
 
   void barrier() override { gloo_->barrier()->wait(); }
 
+  const char* kind() const override { return "gloo"; }
   void abort(const std::string&) override { gloo_->abort(); }
 
  private:

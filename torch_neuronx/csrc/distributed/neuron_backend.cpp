@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "core/device.h"
 #include "core/stream.h"
@@ -114,42 +116,83 @@ void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
 
 }  // namespace
 
-NeuronBackend::NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                             int rank, int size,
-                             std::chrono::milliseconds timeout,
-                             std::string group_name,
-                             c10::intrusive_ptr<c10d::Backend> inter_host)
-    : c10d::Backend(rank, size),
-      rank_(rank),
-      size_(size),
-      group_name_(std::move(group_name)),
-      timeout_(timeout),
-      pending_(std::make_unique<Pending>()) {
-  if (inter_host) {
-    // The group spans hosts: gloo carries it (see transport.h).
-    spans_hosts_ = true;
-    transport_ = glooTransport(std::move(inter_host), rank, size);
-    return;
-  }
-  // The group's communicator name: rank 0 makes one up, the others read it
-  // (the store is this group's, so the key is too).
+namespace {
+
+// Joins the shared-memory communicator of `size` ranks agreeing on its name
+// through `store` key `key` (rank 0 makes one up).
+std::unique_ptr<Transport> joinSharedMemory(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+    int rank, int size, std::chrono::milliseconds timeout,
+    const std::string& group_name) {
   std::string name;
   if (rank == 0) {
     name = uniqueName();
-    store->set(kCommNameKey, std::vector<uint8_t>(name.begin(), name.end()));
+    store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
   } else {
-    auto bytes = store->get(kCommNameKey);
+    auto bytes = store->get(key);
     name.assign(bytes.begin(), bytes.end());
   }
   coll::CommOptions options;
   options.timeout = timeout;
   try {
-    transport_ = sharedMemoryTransport(
+    return sharedMemoryTransport(
         coll::Communicator::create(name, rank, size, options));
   } catch (const coll::CollectiveError& e) {
-    distError(c10::str("neuron backend: group '", group_name_, "' rank ", rank,
+    distError(c10::str("neuron backend: group '", group_name, "' rank ", rank,
                        " of ", size, " could not join: ", e.what()));
   }
+}
+
+}  // namespace
+
+NeuronBackend::NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                             int rank, int size,
+                             std::chrono::milliseconds timeout,
+                             std::string group_name, HostSpan hosts)
+    : c10d::Backend(rank, size),
+      rank_(rank),
+      size_(size),
+      group_name_(std::move(group_name)),
+      timeout_(timeout),
+      store_(store),
+      pending_(std::make_unique<Pending>()) {
+  if (!hosts.spansHosts()) {
+    transport_ =
+        joinSharedMemory(store, kCommNameKey, rank, size, timeout, group_name_);
+    return;
+  }
+  spans_hosts_ = true;
+  gloo_all_ = hosts.all;
+  host_of_rank_ = hosts.host_of_rank;
+  const std::vector<int>& host_of = host_of_rank_;
+  TORCH_CHECK(static_cast<int>(host_of.size()) == size,
+              "neuron backend: host_of_rank has ", host_of.size(),
+              " entries for ", size, " ranks");
+  int local_rank = 0, local_size = 0;
+  for (int r = 0; r < size; ++r) {
+    if (host_of[r] != host_of[rank]) continue;
+    if (r < rank) ++local_rank;
+    ++local_size;
+  }
+  int n_hosts = 0;
+  for (int h : host_of) n_hosts = std::max(n_hosts, h + 1);
+  const bool several_on_a_host = n_hosts < size;
+  auto all = glooTransport(std::move(hosts.all), rank, size);
+  if (!several_on_a_host) {
+    // One rank per host: gloo carries the group.
+    transport_ = std::move(all);
+    return;
+  }
+  std::unique_ptr<Transport> local;
+  if (local_size > 1)
+    local =
+        joinSharedMemory(store, c10::str(kCommNameKey, "/host", host_of[rank]),
+                         local_rank, local_size, timeout, group_name_);
+  std::unique_ptr<Transport> leaders;
+  if (hosts.leaders)
+    leaders = glooTransport(std::move(hosts.leaders), host_of[rank], n_hosts);
+  transport_ = hierarchicalTransport(std::move(local), std::move(leaders),
+                                     std::move(all), host_of, rank);
 }
 
 NeuronBackend::~NeuronBackend() {
@@ -170,25 +213,61 @@ void NeuronBackend::drain() {
 }
 
 c10::intrusive_ptr<c10d::Backend> NeuronBackend::split(
-    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
-    const c10::intrusive_ptr<Options>& opts) {
+    const c10::intrusive_ptr<c10d::Store>& /*store: see below*/,
+    const std::vector<int>& ranks, const c10::intrusive_ptr<Options>& opts) {
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;  // not a member of the new group
-  TORCH_CHECK(!spans_hosts_,
-              "neuron backend: splitting a group whose ranks are on different "
-              "hosts is not supported; create the sub-group with "
-              "dist.new_group(ranks) (init_process_group without device_id)");
+  // The new group meets on this group's store, under its ranks and how many
+  // splits with these ranks came before (all members count them alike). Not
+  // on the store c10d passes: c10d names it after the ranks *and* how many
+  // groups each process has made, which differs between a rank that was
+  // left out of an earlier split_group and one that was not.
+  std::string key = "neuron_split/";
+  for (int r : ranks) key += c10::str(r, ",");
+  key += c10::str("/", split_counts_[ranks]++, "/");
+  auto split_store = c10::make_intrusive<c10d::PrefixStore>(key, store_);
   const int group_rank = static_cast<int>(it - ranks.begin());
   const auto timeout =
       opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
   std::string name = opts && !opts->group_name.empty() ? opts->group_name
                                                        : group_name_ + "/split";
+  HostSpan hosts;
+  if (spans_hosts_) hosts = splitHosts(split_store, ranks);
   auto child = c10::make_intrusive<NeuronBackend>(
-      store, group_rank, static_cast<int>(ranks.size()), timeout,
-      std::move(name));
+      split_store, group_rank, static_cast<int>(ranks.size()), timeout,
+      std::move(name), std::move(hosts));
   child->device_ = device_;
   return child;
 }
+
+HostSpan NeuronBackend::splitHosts(const c10::intrusive_ptr<c10d::Store>& store,
+                                   const std::vector<int>& ranks) {
+  // The new group's hosts, numbered by their lowest rank in it, and the
+  // (parent) ranks that lead them.
+  HostSpan hosts;
+  std::map<int, int> number_of_host;
+  std::vector<int> leaders;
+  for (int r : ranks) {
+    auto [entry, fresh] = number_of_host.emplace(
+        host_of_rank_[r], static_cast<int>(number_of_host.size()));
+    if (fresh) leaders.push_back(r);
+    hosts.host_of_rank.push_back(entry->second);
+  }
+  if (leaders.size() == 1) return {};  // all on one host: shared memory
+  // Gloo splits its own group: the child's gloo groups, on their own keys.
+  auto gloo_options = gloo_all_->getBackendOptions();
+  hosts.all = gloo_all_->split(
+      c10::make_intrusive<c10d::PrefixStore>("neuron_gloo/", store), ranks,
+      gloo_options);
+  if (leaders.size() < ranks.size() &&
+      std::find(leaders.begin(), leaders.end(), rank_) != leaders.end())
+    hosts.leaders = gloo_all_->split(
+        c10::make_intrusive<c10d::PrefixStore>("neuron_gloo_leaders/", store),
+        leaders, gloo_options);
+  return hosts;
+}
+
+std::string NeuronBackend::transportKind() const { return transport_->kind(); }
 
 void NeuronBackend::abort() {
   if (transport_) transport_->abort("abort() called on the process group");

@@ -21,6 +21,7 @@
 #include <neuron_runtime/collectives/communicator.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,21 +38,32 @@ class Transport;
 // pairs, copied on the communication stream after the collective.
 using CopyBacks = std::vector<std::pair<at::Tensor, at::Tensor>>;
 
+// A group whose ranks are on several hosts (made by the Python layer, which
+// creates the gloo groups; see transport.h).
+struct HostSpan {
+  c10::intrusive_ptr<c10d::Backend> all;      // gloo over every rank
+  c10::intrusive_ptr<c10d::Backend> leaders;  // gloo over each host's lowest
+                                              // rank; only on those ranks
+  std::vector<int> host_of_rank;  // hosts numbered by their lowest rank
+  bool spansHosts() const { return static_cast<bool>(all); }
+};
+
 class NeuronBackend final : public c10d::Backend {
  public:
   // Joins the communicator of this group (its name is agreed through
   // `store`); returns when every rank has joined, or throws
   // DistBackendError after `timeout`.
-  // `inter_host`: a gloo backend of the same ranks when they are on
-  // different hosts (then it carries every collective), else null.
+  // `hosts`: how a group spanning hosts is laid out; default for a group on
+  // one host.
   NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                 int size, std::chrono::milliseconds timeout,
-                std::string group_name,
-                c10::intrusive_ptr<c10d::Backend> inter_host = {});
+                std::string group_name, HostSpan hosts = {});
   ~NeuronBackend() override;
 
   const std::string getBackendName() const override { return "neuron"; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // How the group's data moves: "shared_memory", "gloo" or "hierarchical".
+  std::string transportKind() const;
   bool supportsCoalescing() const override { return true; }
   // DeviceMesh and dist.split_group make sub-groups by splitting (a group
   // bound to a device, init_process_group(device_id=...)).
@@ -149,12 +161,22 @@ class NeuronBackend final : public c10d::Backend {
                                          Body body, CopyBacks copies = {},
                                          bool blocks_host = false);
   void drain();
+  // The host layout and gloo groups of the sub-group `ranks` of a group
+  // spanning hosts (empty when they are all on one host).
+  HostSpan splitHosts(const c10::intrusive_ptr<c10d::Store>& store,
+                      const std::vector<int>& ranks);
 
   int rank_;
   int size_;
   bool spans_hosts_ = false;
+  // A group spanning hosts keeps its gloo group of all ranks and its host
+  // layout, to split them.
+  c10::intrusive_ptr<c10d::Backend> gloo_all_;
+  std::map<std::vector<int>, int> split_counts_;  // splits made, by ranks
+  std::vector<int> host_of_rank_;
   std::string group_name_;
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;  // where splits meet
   std::unique_ptr<Transport> transport_;
   c10::DeviceIndex device_ = -1;
   std::optional<c10::Stream> comm_stream_;

@@ -51,6 +51,7 @@ class SharedMemoryTransport final : public Transport {
   }
   void exchange(const std::vector<P2POp>& ops) override { c_->exchange(ops); }
   void barrier() override { c_->barrier(); }
+  const char* kind() const override { return "shared_memory"; }
   void abort(const std::string& reason) override { c_->abort(reason); }
 
  private:

@@ -2,7 +2,9 @@
 // uses the runtime's shared-memory communicator; a group that spans hosts
 // goes through gloo (torch's own ProcessGroupGloo, made by the Python layer)
 // on host views of the device memory — the simulated device's memory is
-// host memory, so these views are the staging buffers, without a copy.
+// host memory, so these views are the staging buffers, without a copy — and,
+// when a host has several of its ranks, through both: shared memory within
+// a host, gloo between hosts.
 #pragma once
 
 #include <neuron_runtime/collectives/communicator.h>
@@ -51,6 +53,8 @@ class Transport {
   virtual void exchange(const std::vector<P2POp>& ops) = 0;
   virtual void barrier() = 0;
   virtual void abort(const std::string& reason) = 0;
+  // "shared_memory", "gloo" or "hierarchical" (shown to Python).
+  virtual const char* kind() const = 0;
 };
 
 std::unique_ptr<Transport> sharedMemoryTransport(
@@ -59,5 +63,14 @@ std::unique_ptr<Transport> sharedMemoryTransport(
 // `gloo`: a ProcessGroupGloo of the same ranks.
 std::unique_ptr<Transport> glooTransport(c10::intrusive_ptr<c10d::Backend> gloo,
                                          int rank, int size);
+
+// A group spanning hosts with several ranks on a host: `local` connects the
+// ranks of this rank's host (null if it is alone there), `leaders` the
+// lowest rank of every host (null unless this rank is its host's), `all`
+// every rank. `host_of_rank[r]` numbers rank r's host, hosts in the order
+// of their lowest rank.
+std::unique_ptr<Transport> hierarchicalTransport(
+    std::unique_ptr<Transport> local, std::unique_ptr<Transport> leaders,
+    std::unique_ptr<Transport> all, std::vector<int> host_of_rank, int rank);
 
 }  // namespace torch_neuronx

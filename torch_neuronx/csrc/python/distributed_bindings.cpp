@@ -38,23 +38,33 @@ void bindDistributed(py::module_& m) {
       });
   py::class_<NeuronBackend, c10d::Backend, c10::intrusive_ptr<NeuronBackend>>(
       m, "_NeuronBackend")
-      .def_property_readonly("options", [](const NeuronBackend& b) {
-        return c10::make_intrusive<NeuronBackendOptions>(b.timeout());
-      });
+      .def_property_readonly(
+          "options",
+          [](const NeuronBackend& b) {
+            return c10::make_intrusive<NeuronBackendOptions>(b.timeout());
+          })
+      .def_property_readonly("transport", &NeuronBackend::transportKind);
   m.def(
       "_create_neuron_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
          double timeout_seconds, std::string group_name,
-         std::optional<c10::intrusive_ptr<c10d::Backend>> inter_host)
-          -> c10::intrusive_ptr<NeuronBackend> {
+         std::optional<c10::intrusive_ptr<c10d::Backend>> inter_host,
+         std::optional<c10::intrusive_ptr<c10d::Backend>> leaders,
+         std::vector<int> host_of_rank) -> c10::intrusive_ptr<NeuronBackend> {
         const auto timeout = std::chrono::milliseconds(
             static_cast<int64_t>(timeout_seconds * 1000.0));
-        return c10::make_intrusive<NeuronBackend>(
-            store, rank, size, timeout, std::move(group_name),
-            inter_host ? *inter_host : c10::intrusive_ptr<c10d::Backend>());
+        HostSpan hosts;
+        if (inter_host) hosts.all = *inter_host;
+        if (leaders) hosts.leaders = *leaders;
+        hosts.host_of_rank = std::move(host_of_rank);
+        return c10::make_intrusive<NeuronBackend>(store, rank, size, timeout,
+                                                  std::move(group_name),
+                                                  std::move(hosts));
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::arg("group_name"), py::arg("inter_host") = py::none(),
+      py::arg("leaders") = py::none(),
+      py::arg("host_of_rank") = std::vector<int>{},
       py::call_guard<py::gil_scoped_release>());
   m.def("_cleanup_stale_shared_memory",
         [] { return neuron_rt::collectives::Communicator::cleanupStale(); });
