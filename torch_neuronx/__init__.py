@@ -37,6 +37,10 @@ from .op_stats import (  # noqa: E402
 
 _track_from_env()
 
+from .compile import use_cache_dir_from_env  # noqa: E402
+
+use_cache_dir_from_env()
+
 torch._register_device_module("neuron", device_module)
 
 # TorchNeuron's spelling: torch_neuronx.neuron is the device module itself. The
@@ -58,10 +62,8 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
 
-from . import amp  # noqa: E402
-
-# torch.distributed's `neuron` backend.
-from . import distributed  # noqa: E402
+# Autocast's defaults, and torch.distributed's `neuron` backend.
+from . import amp, distributed  # noqa: E402
 
 distributed.register()
 

@@ -31,6 +31,20 @@ torch.nn.parallel.DistributedDataParallel (bf16 compression hooks)
     XPU with XCCL — a hard-coded device list, not a capability query. The ``neuron``
     backend reduces bfloat16, so for modules on neuron the shim passes those two hooks
     to the same check under another name; every other check still applies.
+
+torch._inductor (C++ kernels on a device other than "cpu")
+    Inductor generates C++ kernels for neuron (``CppScheduling``, registered with
+    ``register_backend_for_device``), but two of its paths decide by the device *type*
+    instead of asking the device's scheduling: ``utils.get_current_backend()`` maps
+    every device but cpu/mps/xpu/tpu to ``config.cuda_backend`` ("triton"), so
+    ``CppKernel`` takes Triton's dtype branches and asserts; and the scheduler's loop
+    reordering runs its GPU variant for non-CPU nodes
+    (``_try_reindex_pointwise_for_reduction``), which fails on C++ kernel groups. The
+    device's own config (``register_backend_for_device(device_custom_config=...)``) is
+    stored but never read in torch 2.13. When neuron registers with Inductor the shim
+    sets ``cuda_backend = "cpp"`` and turns off ``loop_ordering_after_fusion`` and
+    ``loop_reindexing_after_fusion`` — settings that only GPU devices read, so CPU
+    compiles are unchanged (this CPU build of torch has no GPU devices).
 """
 
 from __future__ import annotations
@@ -159,6 +173,15 @@ def allow_ddp_bf16_comm_hooks() -> None:
     ddp._check_comm_hook = _check_comm_hook
 
 
+def inductor_cpp_codegen_on_neuron() -> None:
+    """See the module docstring (torch._inductor, C++ kernels on a device other than cpu)."""
+    from torch._inductor import config
+
+    config.cuda_backend = "cpp"
+    config.loop_ordering_after_fusion = False
+    config.loop_reindexing_after_fusion = False
+
+
 def install() -> None:
     """Applies the shims (now for libraries already imported, else on their import)."""
     name = "safetensors.torch"
@@ -167,3 +190,16 @@ def install() -> None:
     elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchOnImport(name, _patch_safetensors_torch))
     _patch_default_process_group_backend()
+    name = "torch._inductor.compile_fx"
+    if name in sys.modules:
+        _register_with_inductor(sys.modules[name])
+    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(name, _register_with_inductor))
+
+
+def _register_with_inductor(module: ModuleType) -> None:
+    # Not a patch: neuron registers as an Inductor device as soon as Inductor
+    # can compile (torch_neuronx/compile/inductor_device.py says why then).
+    from .compile.inductor_device import register
+
+    register()

@@ -126,3 +126,26 @@ __all__ = [
 from .amp import get_amp_supported_dtype  # noqa: E402
 
 __all__ += ["get_amp_supported_dtype"]
+
+# torch.compile: what the neuron backend compiled (torch_neuronx/compile/metrics.py).
+from .compile.metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402
+
+__all__ += ["get_dynamo_metrics", "reset_dynamo_metrics"]
+
+# Inductor asks the device module for these when it registers a PrivateUse1
+# device (torch/_inductor/codegen/common.py, init_backend_registration); they
+# import Inductor, so they are resolved only then.
+_INDUCTOR_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen")
+
+
+def __getattr__(name: str):
+    if name in _INDUCTOR_NAMES:
+        from .compile import inductor_device
+
+        inductor_device.register()
+        return {
+            "Scheduling": inductor_device.Scheduling,
+            "PythonWrapperCodegen": inductor_device.NeuronPythonWrapperCodegen,
+            "CppWrapperCodegen": inductor_device.CppWrapperCodegen,
+        }[name]
+    raise AttributeError(f"module 'torch.neuron' has no attribute {name!r}")

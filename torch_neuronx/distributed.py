@@ -64,9 +64,7 @@ def _create_backend(dist_backend_opts, backend_options):
     # Ranks on different hosts cannot share memory: gloo carries what goes
     # between hosts. With several ranks on a host, only its lowest rank (its
     # "leader") talks to the other hosts' for reductions and broadcasts.
-    every_rank = dist.ProcessGroupGloo(
-        dist.PrefixStore("neuron_gloo/", store), rank, size, timeout
-    )
+    every_rank = dist.ProcessGroupGloo(dist.PrefixStore("neuron_gloo/", store), rank, size, timeout)
     host = host_of_rank[rank]
     leaders = None
     if n_hosts < size and host_of_rank.index(host) == rank:

@@ -107,7 +107,99 @@ uint64_t Stream::enqueue(const char* label, TaskPtr task, ItemKind kind) {
   return append(label, kind, nullptr, std::move(task));
 }
 
+namespace {
+
+// The held items of a batch, run in order as one item.
+class BatchTask final : public Task {
+ public:
+  BatchTask(const char* label, std::vector<Stream::Fn> fns,
+            std::vector<TaskPtr> tasks, std::vector<const char*> labels)
+      : label_(label),
+        fns_(std::move(fns)),
+        tasks_(std::move(tasks)),
+        labels_(std::move(labels)) {}
+  void run() override {
+    for (size_t i = 0; i < labels_.size(); ++i) {
+      try {
+        if (tasks_[i])
+          tasks_[i]->run();
+        else
+          fns_[i]();
+      } catch (const Error& e) {
+        throw Error(e.status(), std::string(labels_[i]) + " (step " +
+                                    std::to_string(i + 1) + " of " + label_ +
+                                    "): " + e.what());
+      } catch (const std::exception& e) {
+        throw std::runtime_error(std::string(labels_[i]) + " (step " +
+                                 std::to_string(i + 1) + " of " + label_ +
+                                 "): " + e.what());
+      }
+    }
+  }
+
+ private:
+  const char* label_;
+  std::vector<Stream::Fn> fns_;
+  std::vector<TaskPtr> tasks_;
+  std::vector<const char*> labels_;
+};
+
+}  // namespace
+
+void Stream::beginBatch(const char* label) {
+  flushBatch();
+  std::lock_guard<std::mutex> g(batch_mu_);
+  batch_label_ = label;
+  batching_.store(true, std::memory_order_release);
+}
+
+void Stream::endBatch() {
+  flushBatch();
+  std::lock_guard<std::mutex> g(batch_mu_);
+  batching_.store(false, std::memory_order_release);
+}
+
+void Stream::flushBatch() {
+  std::vector<Held> held;
+  const char* label;
+  {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    if (held_.empty()) return;
+    held.swap(held_);
+    label = batch_label_;
+  }
+  std::vector<Fn> fns;
+  std::vector<TaskPtr> tasks;
+  std::vector<const char*> labels;
+  fns.reserve(held.size());
+  tasks.reserve(held.size());
+  labels.reserve(held.size());
+  for (Held& h : held) {
+    fns.push_back(std::move(h.fn));
+    tasks.push_back(std::move(h.task));
+    labels.push_back(h.label);
+  }
+  link(label, ItemKind::kCompute, nullptr,
+       std::make_unique<BatchTask>(label, std::move(fns), std::move(tasks),
+                                   std::move(labels)));
+}
+
 uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
+  if (batching_.load(std::memory_order_acquire)) {
+    if (kind != ItemKind::kMarker) {
+      std::lock_guard<std::mutex> g(batch_mu_);
+      if (batching_.load(std::memory_order_relaxed)) {
+        held_.push_back(Held{label, kind, std::move(fn), std::move(task)});
+        return enqueued_.load(std::memory_order_acquire);
+      }
+    } else {
+      flushBatch();  // the marker goes after what was held
+    }
+  }
+  return link(label, kind, std::move(fn), std::move(task));
+}
+
+uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
   Node* node = new Node;
   node->label = label;
   node->kind = kind;
@@ -216,6 +308,7 @@ void Stream::workerLoop() {
 }
 
 void Stream::waitFor(uint64_t seq) {
+  if (batching()) flushBatch();  // a held item may be what is waited for
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   int64_t until = nowNs() + kWaitSpinNs;
   while (nowNs() < until) {
@@ -237,6 +330,7 @@ void Stream::waitFor(uint64_t seq) {
 }
 
 void Stream::synchronize() {
+  if (batching()) flushBatch();
   waitFor(enqueued_.load(std::memory_order_acquire));
   // What the finished items captured (tensors, buffers) is released now, so
   // memory statistics read after a synchronisation are exact.
@@ -244,6 +338,10 @@ void Stream::synchronize() {
 }
 
 bool Stream::query() const {
+  if (batching()) {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    if (!held_.empty()) return false;
+  }
   return completed_.load(std::memory_order_acquire) >=
          enqueued_.load(std::memory_order_acquire);
 }

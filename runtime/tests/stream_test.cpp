@@ -490,6 +490,89 @@ TEST(StreamTest, IdleHookRunsOnTheWorkerBeforeItSleeps) {
 // ---------------------------------------------------------------------------
 // Trace
 
+TEST(StreamBatchTest, HeldItemsRunInOrderAsOneItem) {
+  Stream s(0, 0, 0, nullptr);
+  std::vector<int> order;
+  s.enqueue("before", [&] { order.push_back(0); });
+  s.beginBatch("program");
+  EXPECT_TRUE(s.batching());
+  for (int i = 1; i <= 5; ++i)
+    s.enqueue("step", [&, i] { order.push_back(i); });
+  EXPECT_EQ(s.lastEnqueued(), 1u);  // held, not queued
+  EXPECT_FALSE(s.query());
+  s.endBatch();
+  EXPECT_FALSE(s.batching());
+  EXPECT_EQ(s.lastEnqueued(), 2u);  // the five steps: one item
+  s.enqueue("after", [&] { order.push_back(6); });
+  s.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+}
+
+TEST(StreamBatchTest, WaitingFlushesTheBatchAndBatchingGoesOn) {
+  Stream s(0, 0, 0, nullptr);
+  std::atomic<int> ran{0};
+  s.beginBatch("program");
+  s.enqueue("a", [&] { ++ran; });
+  s.enqueue("b", [&] { ++ran; });
+  s.synchronize();  // must not wait for items never queued
+  EXPECT_EQ(ran.load(), 2);
+  s.enqueue("c", [&] { ++ran; });
+  EXPECT_TRUE(s.batching());
+  s.endBatch();
+  s.synchronize();
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(s.lastEnqueued(), 2u);
+}
+
+TEST(StreamBatchTest, MarkersGoAfterWhatWasHeld) {
+  Stream s(0, 0, 0, nullptr);
+  std::vector<std::string> order;
+  s.beginBatch("program");
+  s.enqueue("a", [&] { order.push_back("a"); });
+  s.enqueue("marker", [&] { order.push_back("marker"); }, ItemKind::kMarker);
+  s.enqueue("b", [&] { order.push_back("b"); });
+  s.endBatch();
+  s.synchronize();
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "marker", "b"}));
+}
+
+TEST(StreamBatchTest, AFailingStepNamesTheBatchAndStopsIt) {
+  Stream s(0, 0, 0, nullptr);
+  std::atomic<int> ran{0};
+  s.beginBatch("compiled graph 3");
+  s.enqueue("ok", [&] { ++ran; });
+  s.enqueue("aten::bad", [] { throw std::runtime_error("boom"); });
+  s.enqueue("later", [&] { ++ran; });
+  s.endBatch();
+  s.synchronize();
+  auto err = s.takeError();
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->label, std::string("compiled graph 3"));
+  EXPECT_NE(err->message.find("aten::bad (step 2 of compiled graph 3): boom"),
+            std::string::npos)
+      << err->message;
+  EXPECT_EQ(ran.load(), 1);
+  // Usable again, outside a batch and in a new one.
+  s.beginBatch("again");
+  s.enqueue("x", [&] { ++ran; });
+  s.endBatch();
+  s.synchronize();
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_FALSE(s.takeError().has_value());
+}
+
+TEST(StreamBatchTest, RuntimeErrorsKeepTheirStatus) {
+  Stream s(0, 0, 0, nullptr);
+  s.beginBatch("program");
+  s.enqueue("a", [] {});
+  s.enqueue("b", [] { throw Error(Status::kOutOfMemory, "no room"); });
+  s.endBatch();
+  s.synchronize();
+  auto err = s.takeError();
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->status, Status::kOutOfMemory);
+}
+
 TEST(TraceTest, EnabledTraceRecordsItemsInOrder) {
   Trace trace;
   trace.enable(true);

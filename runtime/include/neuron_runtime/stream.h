@@ -74,6 +74,20 @@ class Stream {
   uint64_t enqueue(const char* label, TaskPtr task,
                    ItemKind kind = ItemKind::kCompute);
 
+  // Batching (a compiled program is one work item): between
+  // beginBatch(label) and endBatch(), compute and copy items queued on this
+  // stream are held and then queued together as ONE item labelled `label`
+  // that runs them in order; a failing one ends it, and the error names the
+  // batch and the item. Whatever must not wait behind the batch flushes it
+  // first, and batching goes on after: a marker (event record or wait), and
+  // a host that waits (synchronize, waitFor). query() is false while items
+  // are held. A new beginBatch flushes the open batch. `label` must outlive
+  // the process. Items queued while batching return the sequence number of
+  // the last item queued before them.
+  void beginBatch(const char* label);
+  void endBatch();
+  bool batching() const { return batching_.load(std::memory_order_acquire); }
+
   // Blocks the calling thread until every item queued so far has run.
   void synchronize();
   // Blocks until item `seq` has run.
@@ -110,6 +124,15 @@ class Stream {
   };
 
   uint64_t append(const char* label, ItemKind kind, Fn fn, TaskPtr task);
+  uint64_t link(const char* label, ItemKind kind, Fn fn, TaskPtr task);
+  // Queues the held items (if any) as one item.
+  void flushBatch();
+  struct Held {
+    const char* label;
+    ItemKind kind;
+    Fn fn;
+    TaskPtr task;
+  };
   // Detaches what finished items hold (under append_mu_); the caller
   // destroys it outside the lock. What a work item captures is allocated by
   // the host thread; freeing it there keeps malloc's per-thread caches
@@ -153,6 +176,11 @@ class Stream {
   // and the worker slowed, ~1,000 times per training step).
   std::atomic<uint64_t> wake_at_{kNobodyWaits};
   static constexpr uint64_t kNobodyWaits = ~uint64_t{0};
+
+  std::atomic<bool> batching_{false};
+  mutable std::mutex batch_mu_;  // the fields below
+  const char* batch_label_ = "";
+  std::vector<Held> held_;
 
   std::atomic<bool> poisoned_{false};
   std::mutex error_mu_;

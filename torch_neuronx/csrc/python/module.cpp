@@ -23,6 +23,7 @@ void registerBackend();
 void bindHostMemory(py::module_& m);
 void bindMemory(py::module_& m);
 void bindDistributed(py::module_& m);
+void bindCompile(py::module_& m);
 }  // namespace torch_neuronx
 
 namespace {
@@ -171,4 +172,5 @@ PYBIND11_MODULE(_C, m) {
   bindHostMemory(m);
   bindMemory(m);
   bindDistributed(m);
+  bindCompile(m);
 }

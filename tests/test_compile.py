@@ -1,0 +1,303 @@
+"""torch.compile on neuron: Inductor's C++ kernels, each compiled graph one work item.
+
+Results are compared with eager CPU (same inputs); how a graph runs is read from the
+device trace (one item per compiled graph call, named after the graph).
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import torch_neuronx
+
+DEV = "neuron"
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def trace_labels(fn):
+    """The labels of the work items `fn` queues (after a sync)."""
+    torch.neuron.synchronize()
+    torch_neuronx._C._trace_enable(True)
+    try:
+        torch_neuronx._C._trace_drain()
+        fn()
+        torch.neuron.synchronize()
+        return [r["label"] for r in torch_neuronx._C._trace_drain()]
+    finally:
+        torch_neuronx._C._trace_enable(False)
+
+
+def pointwise(x, y):
+    return (x * y + 1).sin().sum(0)
+
+
+def test_backend_is_listed():
+    assert "neuron" in torch._dynamo.list_backends()
+
+
+@pytest.mark.parametrize("backend", ["neuron", "inductor"])
+def test_a_graph_runs_as_one_work_item(backend):
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    xd, yd = x.to(DEV), y.to(DEV)
+    f = torch.compile(pointwise, backend=backend)
+    torch.testing.assert_close(f(xd, yd).cpu(), pointwise(x, y))
+    labels = trace_labels(lambda: [f(xd, yd) for _ in range(3)])
+    assert len(labels) == 3 and all(lb.startswith("compiled graph") for lb in labels), labels
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 128),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.0),
+        torch.nn.Linear(128, 10),
+    )
+
+
+def train(device, backend, steps=4, compile_step=False):
+    model = mlp().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    cm = torch.compile(model, backend=backend)
+    torch.manual_seed(1)
+    x, t = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    x, t = x.to(device), t.to(device)
+    step = torch.compile(opt.step, backend=backend) if compile_step else opt.step
+    losses = []
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(cm(x), t)
+        loss.backward()
+        step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_training_matches_inductor_on_cpu():
+    # Forward and backward compiled (AOTAutograd), AdamW, same inputs: the same
+    # kernels as Inductor on CPU tensors, so the same numbers.
+    ref_losses, ref_params = train("cpu", "inductor")
+    losses, params = train(DEV, "neuron")
+    assert losses == pytest.approx(ref_losses, rel=1e-5)
+    for p, r in zip(params, ref_params, strict=True):
+        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
+
+
+def test_forward_and_backward_each_one_work_item():
+    model = mlp().to(DEV)
+    cm = torch.compile(model, backend="neuron")
+    x = torch.randn(32, 64, device=DEV)
+    cm(x).sum().backward()  # compiles both
+    labels = trace_labels(lambda: cm(x).sum().backward())
+    programs = [lb for lb in labels if lb.startswith("compiled graph")]
+    assert len(programs) == 2, labels
+    assert programs[0].endswith("forward") and programs[1].endswith("backward"), programs
+
+
+def test_compiled_optimizer_step_matches_eager():
+    ref_losses, ref_params = train(DEV, "neuron", steps=3)
+    losses, params = train(DEV, "neuron", steps=3, compile_step=True)
+    assert losses == pytest.approx(ref_losses, rel=1e-5)
+    for p, r in zip(params, ref_params, strict=True):
+        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
+
+
+def test_graph_breaks_compile_each_side():
+    def f(x):
+        y = x.cos() * 2
+        if y.sum().item() > -1e9:  # data-dependent: a graph break
+            y = y + 1
+        return y.exp()
+
+    x = torch.randn(5, 7)
+    out = torch.compile(f, backend="neuron")(x.to(DEV))
+    torch.testing.assert_close(out.cpu(), f(x))
+    assert counters["neuron"]["compiled_graphs"] >= 2
+
+
+def test_dynamic_shapes_one_program_for_many_sizes():
+    f = torch.compile(pointwise, backend="neuron", dynamic=True)
+    for n in (3, 5, 9, 17):
+        x, y = torch.randn(n, 6), torch.randn(n, 6)
+        torch.testing.assert_close(f(x.to(DEV), y.to(DEV)).cpu(), pointwise(x, y))
+    assert counters["neuron"]["compiled_graphs"] == 1
+
+
+def test_mark_dynamic():
+    f = torch.compile(pointwise, backend="neuron")
+    for n in (4, 6, 8):
+        x, y = torch.randn(n, 3, device=DEV), torch.randn(n, 3, device=DEV)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(y, 0)
+        torch.testing.assert_close(f(x, y).cpu(), pointwise(x.cpu(), y.cpu()))
+    assert counters["neuron"]["compiled_graphs"] == 1
+
+
+def test_input_mutation_reaches_caller():
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.zeros(4, device=DEV)
+    y = torch.compile(f, backend="neuron")(x)
+    assert torch.equal(x.cpu(), torch.ones(4))
+    assert torch.equal(y.cpu(), torch.full((4,), 2.0))
+
+
+def test_fallback_ops_keep_stream_order():
+    # sort and cumsum are not lowered to C++ kernels: eager ops inside the program.
+    def f(x):
+        s, _ = torch.sort(x * 3, dim=1)
+        return torch.cumsum(s, 1).relu() + 1
+
+    x = torch.randn(6, 9)
+    out = torch.compile(f, backend="neuron")(x.to(DEV))
+    torch.testing.assert_close(out.cpu(), f(x))
+
+
+def test_errors_name_the_program_and_the_kernel():
+    def f(x, i):
+        return (x[i] * 2).sum()
+
+    cf = torch.compile(f, backend="neuron")
+    x = torch.randn(10, device=DEV)
+    y = cf(x, torch.tensor([1, 3, 50], device=DEV))
+    with pytest.raises(RuntimeError, match=r"compiled graph .*index out of bounds"):
+        y.item()
+    # The device and the program stay usable.
+    good = torch.tensor([1, 2, 3])
+    assert cf(x, good.to(DEV)).item() == pytest.approx(f(x.cpu(), good).item())
+
+
+def test_compiled_dropout_draws_from_the_neuron_generator():
+    def f(x):
+        return torch.nn.functional.dropout(x, p=0.5, training=True)
+
+    cf = torch.compile(f, backend="neuron")
+    x = torch.ones(64, 64, device=DEV)
+    torch.manual_seed(7)
+    a = cf(x).cpu()
+    torch.manual_seed(7)
+    b = cf(x).cpu()
+    c = cf(x).cpu()
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_no_grad_and_autocast_inside_compiled_regions():
+    model = mlp().to(DEV)
+
+    @torch.compile(backend="neuron")
+    def infer(x):
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            return model(x)
+
+    x = torch.randn(8, 64, device=DEV)
+    with torch.no_grad():
+        out = infer(x)
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            ref = model(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float().cpu(), ref.float().cpu(), rtol=2e-2, atol=2e-2)
+
+
+def test_metrics_and_counters():
+    torch.neuron.reset_dynamo_metrics()
+    f = torch.compile(pointwise, backend="neuron", options={"model_name": "tiny"})
+    f(torch.randn(2, 3, device=DEV), torch.randn(2, 3, device=DEV))
+    (record,) = torch.neuron.get_dynamo_metrics()
+    assert record["model_name"] == "tiny"
+    assert record["node_count"] > 2 and record["has_collectives"] is False
+    assert record["compile_seconds"] > 0 and record["fell_back"] is False
+    assert counters["neuron"]["compiled_graphs"] == 1
+    torch.neuron.reset_dynamo_metrics()
+    assert torch.neuron.get_dynamo_metrics() == []
+
+
+def test_a_graph_that_fails_to_compile_runs_eagerly_with_one_warning(monkeypatch):
+    # An Inductor option that does not exist makes compile_fx fail for this graph.
+    f = torch.compile(pointwise, backend="neuron", options={"no_such_inductor_option": 1})
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = f(x.to(DEV), y.to(DEV))
+    torch.testing.assert_close(out.cpu(), pointwise(x, y))
+    msgs = [str(w.message) for w in caught if "runs eagerly instead" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    assert counters["neuron"]["eager_fallbacks"] == 1
+
+    torch._dynamo.reset()
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+    f = torch.compile(pointwise, backend="neuron", options={"no_such_inductor_option": 1})
+    with pytest.raises(Exception, match="no_such_inductor_option"):
+        f(x.to(DEV), y.to(DEV))
+
+
+def test_launch_blocking_runs_each_step_on_its_own(tmp_path):
+    code = textwrap.dedent(
+        """
+        import torch, torch_neuronx
+        def f(x, i):
+            return (x[i] * 2).sum()
+        cf = torch.compile(f, backend="neuron")
+        x = torch.randn(10, device="neuron")
+        cf(x, torch.tensor([1], device="neuron"))
+        try:
+            cf(x, torch.tensor([50], device="neuron"))  # raises at the call
+        except RuntimeError as e:
+            print("RAISED AT CALL", "index out of bounds" in str(e))
+        """
+    )
+    env = {**os.environ, "NEURON_LAUNCH_BLOCKING": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert "RAISED AT CALL True" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
+def test_programs_are_cached_across_processes(tmp_path):
+    # The second process finds the compiled graph in the cache
+    # (TORCH_NEURONX_NEFF_CACHE_DIR); with TORCH_NEURONX_NEFF_DISABLE_CACHE=1 it does not.
+    code = textwrap.dedent(
+        """
+        import torch, torch_neuronx
+        from torch._dynamo.utils import counters
+        f = torch.compile(lambda x: (x.sin() * 3).sum(1), backend="neuron")
+        x = torch.arange(12.0).reshape(3, 4)
+        out = f(x.to("neuron")).cpu()
+        assert torch.allclose(out, (x.sin() * 3).sum(1))
+        print("HITS", counters["inductor"]["fxgraph_cache_hit"])
+        """
+    )
+    env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+
+    def run(extra=None):
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**env, **(extra or {})},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout
+
+    assert "HITS 0" in run()
+    assert "HITS 1" in run()
+    assert "HITS 0" in run({"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"})
+    assert (tmp_path / "cache").is_dir()

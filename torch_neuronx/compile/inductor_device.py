@@ -1,0 +1,158 @@
+"""``neuron`` as an Inductor device.
+
+Inductor generates the same vectorised C++ kernels for neuron tensors as for
+CPU tensors (``CppScheduling``): the simulated core computes on the host CPU,
+and device memory is host memory. What differs is how they run: the generated
+Python wrapper allocates its buffers on neuron (the caching allocator) and,
+instead of calling a kernel, queues it on the current stream; a whole call of
+the graph becomes one work item (``program.py``). Both ``backend="inductor"``
+and ``backend="neuron"`` use this.
+
+``register()`` runs when Inductor's ``compile_fx`` is first imported (an
+import hook in ``compat.py``: before Inductor registers devices on its own,
+which would drop the cache-version pass), or when Inductor asks the device
+module ``torch.neuron`` for ``Scheduling`` & co. (``device_module.__getattr__``).
+Importing torch_neuronx does not import Inductor.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
+from torch._inductor.codegen.common import (
+    register_backend_for_device,
+    register_device_op_overrides,
+)
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+from torch._inductor.custom_graph_pass import CustomGraphModulePass
+from torch._inductor.virtualized import V
+
+# Bumped when the generated wrapper code changes, so that graphs cached by
+# another version are not reused: Inductor's FX graph cache key includes the
+# uuid of each device's registered custom pass (codecache.py,
+# FxGraphHashDetails), and this pass is registered for that alone.
+CODEGEN_VERSION = 1
+
+
+class NeuronCodegenVersion(CustomGraphModulePass):
+    def __call__(self, gm) -> None:
+        return None
+
+    def uuid(self) -> str:
+        return f"torch_neuronx-inductor-wrapper-{CODEGEN_VERSION}"
+
+
+Scheduling = CppScheduling
+CppWrapperCodegen = CppWrapperCpu
+
+
+class NeuronInterface(CpuInterface):
+    """Dynamo's and Inductor's view of the device (properties, synchronize)."""
+
+    @staticmethod
+    def synchronize(device=None):
+        torch.neuron.synchronize(device)
+
+    @staticmethod
+    def device_count():
+        return torch.neuron.device_count()
+
+    @staticmethod
+    def current_device():
+        return torch.neuron.current_device()
+
+    @staticmethod
+    def set_device(device):
+        torch.neuron.set_device(device)
+
+    @staticmethod
+    def is_available() -> bool:
+        return torch.neuron.is_available()
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = False) -> bool:
+        return True
+
+
+def _program_name() -> str:
+    from torch._guards import CompileContext
+
+    compile_id = CompileContext.current_compile_id()
+    phase = V.graph.get_training_phase() if hasattr(V.graph, "get_training_phase") else ""
+    name = f"compiled graph {compile_id}" if compile_id is not None else "compiled graph"
+    return f"{name} {phase}".strip()
+
+
+class NeuronPythonWrapperCodegen(PythonWrapperCodegen):
+    """The Python wrapper of a graph on neuron: kernels queued, one program per call."""
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        if is_subgraph:
+            return PythonWrapperCodegen.create(
+                is_subgraph, subgraph_name, parent_wrapper, partition_signatures
+            )
+        return NeuronPythonWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.writeline(
+            "from torch_neuronx.compile.program import ProgramLaunch as _ProgramLaunch, as_program"
+        )
+
+    def _generate_kernel_call_helper(
+        self, kernel_name, call_args, *, device=None, triton=True, **kw
+    ):
+        device = device or V.graph.get_current_device_or_throw()
+        if not triton and device.type == "neuron":
+            args = "".join(f", {a}" for a in call_args)
+            self.writeline(f"_neuron_program.kernel({kernel_name}, {kernel_name!r}{args})")
+            return
+        return super()._generate_kernel_call_helper(
+            kernel_name, call_args, device=device, triton=triton, **kw
+        )
+
+    def generate_end(self, result) -> None:
+        super().generate_end(result)
+        idxs = [i for i in V.graph.device_idxs if i is not None]
+        device = idxs[0] if idxs else torch.neuron.current_device()
+        result.writeline(f"_neuron_program = _ProgramLaunch({_program_name()!r}, {device})")
+        result.writeline("call = as_program(call, _neuron_program)")
+
+
+_registered = False
+
+
+def _apply_cache_settings() -> None:
+    """TORCH_NEURONX_NEFF_DISABLE_CACHE: Inductor's caches (which hold the
+    compiled programs) off. (The cache directory: ``compile.use_cache_dir_from_env``.)"""
+    import os
+
+    from torch._inductor import config
+
+    if os.environ.get("TORCH_NEURONX_NEFF_DISABLE_CACHE", "0") not in ("", "0"):
+        config.force_disable_caches = True
+
+
+def register() -> None:
+    """Registers neuron with Dynamo's device interfaces and Inductor (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from ..compat import inductor_cpp_codegen_on_neuron
+
+    inductor_cpp_codegen_on_neuron()
+    _apply_cache_settings()
+    register_interface_for_device("neuron", NeuronInterface)
+    register_device_op_overrides("neuron", CpuDeviceOpOverrides())
+    register_backend_for_device(
+        "neuron",
+        CppScheduling,
+        NeuronPythonWrapperCodegen,
+        CppWrapperCpu,
+        device_custom_pass=NeuronCodegenVersion(),
+    )

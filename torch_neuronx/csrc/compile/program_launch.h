@@ -1,0 +1,55 @@
+// How a compiled graph (an Inductor program) runs on the device: everything
+// its wrapper queues on the stream between begin() and end() — its C++
+// kernels and the eager ops it calls (matmuls, fallbacks) — becomes ONE work
+// item on that stream (a runtime batch; see neuron_runtime/stream.h), named
+// after the program. Errors surface at the next synchronisation naming the
+// program and the step that failed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_neuronx {
+
+class ProgramLaunch {
+ public:
+  ProgramLaunch(std::string name, c10::DeviceIndex device);
+
+  // Opens the program on the current stream of its device. Under
+  // NEURON_LAUNCH_BLOCKING=1 steps are not batched: each one waits and
+  // raises at its own launch.
+  void begin();
+  // Queues what was held as one item (nothing waits for it).
+  void end();
+
+  // Queues a call of the Inductor C++ kernel at `address` (an extern "C"
+  // function taking pointers and int64 sizes) with `args`, as `label`.
+  // `keep_alive`: host tensors whose memory the kernel reads.
+  void kernel(void* address, const char* label, std::vector<int64_t> args,
+              std::vector<at::Tensor> keep_alive);
+
+  const std::string& name() const { return name_; }
+  c10::DeviceIndex device() const { return device_; }
+  uint64_t launches() const { return launches_; }
+
+ private:
+  std::string name_;
+  const char* label_;  // name_, interned
+  c10::DeviceIndex device_;
+  std::optional<c10::Stream> open_on_;
+  uint64_t launches_ = 0;
+};
+
+// A work-item label for a name made at run time (labels must outlive the
+// process: the trace and pending errors keep them).
+const char* internLabel(const std::string& s);
+
+// The most arguments an Inductor C++ kernel may take here.
+constexpr size_t kMaxKernelArgs = 96;
+
+}  // namespace torch_neuronx

@@ -1,0 +1,86 @@
+// Bindings of compiled programs: torch_neuronx.compile's Inductor wrapper
+// code opens a _ProgramLaunch around each call of a compiled graph and
+// launches its C++ kernels through it.
+#include <dlfcn.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "compile/program_launch.h"
+
+namespace py = pybind11;
+
+namespace torch_neuronx {
+namespace {
+
+struct KernelEntry {
+  void* address;
+  const char* label;
+};
+
+// The entry point of an Inductor C++ kernel: the `kernel` symbol of the
+// extension module its Python binding (`fn`) belongs to.
+KernelEntry resolveKernel(py::handle fn, const std::string& name) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<PyObject*, KernelEntry>();
+  std::lock_guard<std::mutex> g(mu);
+  auto it = cache->find(fn.ptr());
+  if (it != cache->end()) return it->second;
+  std::string path = py::str(fn.attr("__self__").attr("__file__"));
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(lib, "neuron: cannot open the compiled kernel ", name, " (", path,
+              "): ", dlerror());
+  void* address = dlsym(lib, "kernel");
+  TORCH_CHECK(address, "neuron: compiled kernel ", name, " (", path,
+              ") has no entry point 'kernel'");
+  fn.inc_ref();  // the cache keys on the object: keep it alive
+  KernelEntry e{address, internLabel(name)};
+  cache->emplace(fn.ptr(), e);
+  return e;
+}
+
+}  // namespace
+
+void bindCompile(py::module_& m) {
+  py::class_<ProgramLaunch>(m, "_ProgramLaunch")
+      .def(py::init([](std::string name, int device) {
+             return std::make_unique<ProgramLaunch>(
+                 std::move(name), static_cast<c10::DeviceIndex>(device));
+           }),
+           py::arg("name"), py::arg("device"))
+      .def("begin", &ProgramLaunch::begin)
+      .def("end", &ProgramLaunch::end)
+      .def_property_readonly("name", &ProgramLaunch::name)
+      .def_property_readonly("launches", &ProgramLaunch::launches)
+      .def("kernel", [](ProgramLaunch& p, py::handle fn,
+                        const std::string& name, py::args args) {
+        const KernelEntry e = resolveKernel(fn, name);
+        std::vector<int64_t> values;
+        std::vector<at::Tensor> keep;
+        values.reserve(args.size());
+        for (py::handle a : args) {
+          PyObject* o = a.ptr();
+          if (THPVariable_Check(o)) {
+            const at::Tensor& t = THPVariable_Unpack(o);
+            values.push_back(reinterpret_cast<int64_t>(t.data_ptr()));
+            if (!t.is_privateuseone()) keep.push_back(t);
+          } else if (PyLong_Check(o)) {
+            values.push_back(PyLong_AsLongLong(o));
+            if (PyErr_Occurred()) throw py::error_already_set();
+          } else {
+            TORCH_CHECK_TYPE(false, "neuron: compiled kernel ", name,
+                             " got an argument of type ", Py_TYPE(o)->tp_name,
+                             "; kernels take tensors and integers");
+          }
+        }
+        p.kernel(e.address, e.label, std::move(values), std::move(keep));
+      });
+}
+
+}  // namespace torch_neuronx
