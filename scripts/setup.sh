@@ -12,6 +12,8 @@ command -v ninja >/dev/null || need_apt+=(ninja-build)
 command -v ccache >/dev/null || need_apt+=(ccache)
 command -v cmake >/dev/null || need_apt+=(cmake)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
+# libffi: compiled programs call Inductor's C++ kernels, whatever their arity.
+ls /usr/include/*/ffi.h /usr/include/ffi.h >/dev/null 2>&1 || need_apt+=(libffi-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt: ${need_apt[*]}"
   apt-get update -qq

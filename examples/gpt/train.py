@@ -8,6 +8,11 @@ Example (from the repo root)::
 ``--amp bf16`` runs the forward pass (model and loss) under
 ``torch.autocast(device, dtype=torch.bfloat16)``; the default is float32 throughout.
 
+``--compile`` trains with ``torch.compile``: the model's forward and backward and the
+AdamW step as compiled graphs (backend ``neuron`` on neuron, ``inductor`` elsewhere),
+each one work item per step on the device; the losses match eager mode to float
+tolerance.
+
 ``train(args)`` returns the per-step losses so tests and benchmarks can import it::
 
     from examples.gpt.train import parse_args, train
@@ -88,6 +93,18 @@ def make_optimizer(model: GPT, lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(model.parameters(), lr=lr)
 
 
+def compile_model(model: GPT, device: torch.device):
+    """The model under torch.compile, with the device's own backend where it has one."""
+    backend = "neuron" if device.type == "neuron" else "inductor"
+    return torch.compile(model, backend=backend)
+
+
+def compile_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """optimizer.step() under torch.compile (one program for all parameters)."""
+    backend = "neuron" if device.type == "neuron" else "inductor"
+    optimizer.step = torch.compile(optimizer.step, backend=backend)
+
+
 # --amp choices: the autocast dtype of each (None = no autocast, float32 throughout).
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16}
 
@@ -142,6 +159,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-head", type=int, default=GPTConfig.n_head)
     p.add_argument("--d-model", type=int, default=GPTConfig.d_model)
     p.add_argument("--sample-chars", type=int, default=100, help="0 disables the sample")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model (backend neuron on neuron, inductor elsewhere)",
+    )
     args = p.parse_args(argv)
     if args.steps < 1 or args.log_every < 1:
         p.error("--steps and --log-every must be >= 1")
@@ -161,12 +183,19 @@ def train(args: argparse.Namespace) -> list[float]:
     )
     model = build_model(cfg, device, args.seed)
     optimizer = make_optimizer(model, args.lr)
+    # The compiled module shares the model's parameters: the optimizer and the
+    # sampling below use the model itself.
+    step_model = model
+    if args.compile:
+        step_model = compile_model(model, device)
+        compile_optimizer(optimizer, device)
     # Batches come from a CPU generator so the data order depends only on the seed.
     gen = torch.Generator().manual_seed(args.seed)
     print(
         f"device={device} params={model.num_params() / 1e6:.2f}M "
         f"vocab={cfg.vocab_size} steps={args.steps} batch={args.batch} "
-        f"seq_len={args.seq_len} lr={args.lr} seed={args.seed} amp={args.amp}",
+        f"seq_len={args.seq_len} lr={args.lr} seed={args.seed} amp={args.amp} "
+        f"compile={args.compile}",
         flush=True,
     )
 
@@ -181,7 +210,7 @@ def train(args: argparse.Namespace) -> list[float]:
     step_last = 0
     for step in range(1, args.steps + 1):
         x, y = get_batch("train", args.batch, args.seq_len, device, gen)
-        pending.append(train_step(model, optimizer, x, y, AMP_DTYPES[args.amp]))
+        pending.append(train_step(step_model, optimizer, x, y, AMP_DTYPES[args.amp]))
         if step % args.log_every == 0 or step == args.steps:
             # One sync per log interval: .tolist() waits for the queued steps, so the
             # clock read after it covers their full execution.

@@ -1,10 +1,11 @@
 #include "compile/program_launch.h"
 
 #include <c10/util/Exception.h>
+#include <ffi.h>
 
-#include <array>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <unordered_set>
 #include <utility>
 
@@ -13,30 +14,27 @@
 namespace torch_neuronx {
 namespace {
 
-// Calls `f` with `n` int64 arguments. Inductor's C++ kernels take only
-// pointers and int64 sizes, which the x86-64 and AArch64 calling conventions
-// pass exactly like int64 values, so one signature per arity calls them all.
-using Caller = void (*)(void*, const int64_t*);
-
-template <size_t... I>
-void callWith(void* f, const int64_t* a, std::index_sequence<I...>) {
-  using Fn = void (*)(decltype((void)I, int64_t{})...);
-  reinterpret_cast<Fn>(f)(a[I]...);
+// Calls `address(args...)` through libffi: Inductor's kernels take any number
+// of pointers, int64 sizes and float scalars, known only at run time.
+void callKernel(void* address,
+                const std::vector<ProgramLaunch::KernelArg>& args,
+                const char* label) {
+  const size_t n = args.size();
+  std::vector<ffi_type*> types(n);
+  std::vector<void*> values(n);
+  for (size_t k = 0; k < n; ++k) {
+    types[k] = args[k].is_float ? &ffi_type_float : &ffi_type_sint64;
+    values[k] = args[k].is_float
+                    ? static_cast<void*>(const_cast<float*>(&args[k].f))
+                    : static_cast<void*>(const_cast<int64_t*>(&args[k].i));
+  }
+  ffi_cif cif;
+  if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, static_cast<unsigned>(n),
+                   &ffi_type_void, types.data()) != FFI_OK)
+    throw std::runtime_error(std::string("cannot call compiled kernel ") +
+                             label);
+  ffi_call(&cif, FFI_FN(address), nullptr, values.data());
 }
-
-template <size_t N>
-void callN(void* f, const int64_t* a) {
-  callWith(f, a, std::make_index_sequence<N>{});
-}
-
-template <size_t... N>
-constexpr std::array<Caller, sizeof...(N)> makeCallers(
-    std::index_sequence<N...>) {
-  return {&callN<N>...};
-}
-
-constexpr auto kCallers =
-    makeCallers(std::make_index_sequence<kMaxKernelArgs + 1>{});
 
 }  // namespace
 
@@ -66,16 +64,11 @@ void ProgramLaunch::end() {
 }
 
 void ProgramLaunch::kernel(void* address, const char* label,
-                           std::vector<int64_t> args,
+                           std::vector<KernelArg> args,
                            std::vector<at::Tensor> keep_alive) {
-  TORCH_CHECK(args.size() <= kMaxKernelArgs, "neuron: kernel ", label,
-              " takes ", args.size(), " arguments; at most ", kMaxKernelArgs,
-              " are supported");
-  const Caller call = kCallers[args.size()];
   launch(device_, label,
-         [call, address, args = std::move(args), keep = std::move(keep_alive)] {
-           call(address, args.data());
-         });
+         [address, label, args = std::move(args),
+          keep = std::move(keep_alive)] { callKernel(address, args, label); });
 }
 
 }  // namespace torch_neuronx

@@ -27,10 +27,17 @@ class ProgramLaunch {
   // Queues what was held as one item (nothing waits for it).
   void end();
 
+  // An argument of a compiled kernel: a device address or an int64 size
+  // (passed alike), or a float32 scalar.
+  struct KernelArg {
+    int64_t i = 0;
+    float f = 0;
+    bool is_float = false;
+  };
   // Queues a call of the Inductor C++ kernel at `address` (an extern "C"
-  // function taking pointers and int64 sizes) with `args`, as `label`.
-  // `keep_alive`: host tensors whose memory the kernel reads.
-  void kernel(void* address, const char* label, std::vector<int64_t> args,
+  // void function) with `args`, as `label`. `keep_alive`: host tensors whose
+  // memory the kernel reads.
+  void kernel(void* address, const char* label, std::vector<KernelArg> args,
               std::vector<at::Tensor> keep_alive);
 
   const std::string& name() const { return name_; }
@@ -48,8 +55,5 @@ class ProgramLaunch {
 // A work-item label for a name made at run time (labels must outlive the
 // process: the trace and pending errors keep them).
 const char* internLabel(const std::string& s);
-
-// The most arguments an Inductor C++ kernel may take here.
-constexpr size_t kMaxKernelArgs = 96;
 
 }  // namespace torch_neuronx

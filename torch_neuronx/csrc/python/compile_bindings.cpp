@@ -61,22 +61,36 @@ void bindCompile(py::module_& m) {
       .def("kernel", [](ProgramLaunch& p, py::handle fn,
                         const std::string& name, py::args args) {
         const KernelEntry e = resolveKernel(fn, name);
-        std::vector<int64_t> values;
+        std::vector<ProgramLaunch::KernelArg> values;
         std::vector<at::Tensor> keep;
         values.reserve(args.size());
         for (py::handle a : args) {
           PyObject* o = a.ptr();
           if (THPVariable_Check(o)) {
             const at::Tensor& t = THPVariable_Unpack(o);
-            values.push_back(reinterpret_cast<int64_t>(t.data_ptr()));
-            if (!t.is_privateuseone()) keep.push_back(t);
+            if (t.is_privateuseone()) {
+              values.push_back({reinterpret_cast<int64_t>(t.data_ptr())});
+            } else {
+              // A host tensor (a CPU scalar such as an optimizer's step
+              // count): the kernel runs later, and the host may change the
+              // tensor meanwhile, so it reads the value it has now, as a
+              // copy to the device would.
+              keep.push_back(t.clone());
+              values.push_back(
+                  {reinterpret_cast<int64_t>(keep.back().data_ptr())});
+            }
           } else if (PyLong_Check(o)) {
-            values.push_back(PyLong_AsLongLong(o));
+            values.push_back({PyLong_AsLongLong(o)});
             if (PyErr_Occurred()) throw py::error_already_set();
+          } else if (PyFloat_Check(o)) {
+            ProgramLaunch::KernelArg f;
+            f.f = static_cast<float>(PyFloat_AsDouble(o));
+            f.is_float = true;
+            values.push_back(f);
           } else {
             TORCH_CHECK_TYPE(false, "neuron: compiled kernel ", name,
                              " got an argument of type ", Py_TYPE(o)->tp_name,
-                             "; kernels take tensors and integers");
+                             "; kernels take tensors, integers and floats");
           }
         }
         p.kernel(e.address, e.label, std::move(values), std::move(keep));
