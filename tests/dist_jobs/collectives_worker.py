@@ -21,7 +21,9 @@ dist.init_process_group("neuron", timeout=timedelta(seconds=60))
 assert dist.get_backend() == "neuron", dist.get_backend()
 # How the data moves (shared memory on one host; gloo, or shared memory within
 # hosts and gloo between them, across hosts): the tests check the choice.
-print("TRANSPORT", dist.group.WORLD._get_backend(dev).transport, flush=True)
+_backend = dist.group.WORLD._get_backend(dev)
+_backend = getattr(_backend, "wrapped_pg", _backend)  # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps it
+print("TRANSPORT", _backend.transport, flush=True)
 
 failures = []
 checks = 0
