@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -695,6 +696,7 @@ def _compile_phase(request):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(warmer.pid, signal.SIGKILL)
             warmer.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
         mp.undo()
 
 
