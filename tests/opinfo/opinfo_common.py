@@ -194,6 +194,26 @@ def flatten(x) -> list:
     return [x]
 
 
+def grad_inputs(sample) -> list[torch.Tensor]:
+    """The sample's tensors that require grad (the inputs to differentiate)."""
+    return [
+        t
+        for t in flatten([sample.input, sample.args, sample.kwargs])
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+
+
+def grad_outputs(out) -> list[torch.Tensor]:
+    """The differentiable (floating or complex, requiring grad) tensors of `out`."""
+    return [
+        t
+        for t in flatten(out)
+        if isinstance(t, torch.Tensor)
+        and t.requires_grad
+        and (t.is_floating_point() or t.is_complex())
+    ]
+
+
 # ---------------------------------------------------------------- comparing
 
 

@@ -107,6 +107,8 @@ from opinfo_common import (
     compare,
     covering,
     flatten,
+    grad_inputs,
+    grad_outputs,
     map_sample,
     move_tensor,
     op_key,
@@ -221,24 +223,6 @@ def copy_sample(sample, device: str, key: str):
     if device == "cpu":
         return map_sample(sample, lambda t: move_tensor(t, "cpu"))
     return to_neuron_sample(sample, key)
-
-
-def grad_inputs(sample) -> list[torch.Tensor]:
-    return [
-        t
-        for t in flatten([sample.input, sample.args, sample.kwargs])
-        if isinstance(t, torch.Tensor) and t.requires_grad
-    ]
-
-
-def grad_outputs(out) -> list[torch.Tensor]:
-    return [
-        t
-        for t in flatten(out)
-        if isinstance(t, torch.Tensor)
-        and t.requires_grad
-        and (t.is_floating_point() or t.is_complex())
-    ]
 
 
 def tensors_of(sample) -> list[torch.Tensor]:

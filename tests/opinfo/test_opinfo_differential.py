@@ -48,7 +48,8 @@ from opinfo_common import (
     compare,
     covering,
     expected_failures,
-    flatten,
+    grad_inputs,
+    grad_outputs,
     map_sample,
     op_key,
     run_op,
@@ -149,24 +150,6 @@ def run_out(op, key: str, sample, values: bool, seen: Comparison) -> str | None:
     except Exception as e:
         return short_error(e)
     return None
-
-
-def grad_inputs(sample) -> list[torch.Tensor]:
-    return [
-        t
-        for t in flatten([sample.input, sample.args, sample.kwargs])
-        if isinstance(t, torch.Tensor) and t.requires_grad
-    ]
-
-
-def grad_outputs(out) -> list[torch.Tensor]:
-    return [
-        t
-        for t in flatten(out)
-        if isinstance(t, torch.Tensor)
-        and t.requires_grad
-        and (t.is_floating_point() or t.is_complex())
-    ]
 
 
 def backward(op, sample, cotangents=None):
