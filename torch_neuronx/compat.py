@@ -182,19 +182,28 @@ def inductor_cpp_codegen_on_neuron() -> None:
     config.loop_reindexing_after_fusion = False
 
 
+def _on_import(name: str, patch: Callable[[ModuleType], None]) -> None:
+    """``patch(module)`` now if ``name`` is imported, else when it is."""
+    if name in sys.modules:
+        patch(sys.modules[name])
+    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(name, patch))
+
+
 def install() -> None:
     """Applies the shims (now for libraries already imported, else on their import)."""
-    name = "safetensors.torch"
-    if name in sys.modules:
-        _patch_safetensors_torch(sys.modules[name])
-    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(name, _patch_safetensors_torch))
+    _on_import("safetensors.torch", _patch_safetensors_torch)
     _patch_default_process_group_backend()
-    name = "torch._inductor.compile_fx"
-    if name in sys.modules:
-        _register_with_inductor(sys.modules[name])
-    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(name, _register_with_inductor))
+    _on_import("torch._inductor.compile_fx", _register_with_inductor)
+    _on_import("torch._dynamo.trace_rules", _dynamo_skips_runtime)
+
+
+def _dynamo_skips_runtime(trace_rules: ModuleType) -> None:
+    # torch_neuronx is the device runtime, as torch/cuda is CUDA's: Dynamo must
+    # not trace into it (it skips torch/ files for the same reason). A call to it
+    # from compiled code (torch.neuron.get_rng_state() in freeze_rng_state(),
+    # synchronize(), memory stats) runs as Python between graphs.
+    trace_rules.add(__name__.split(".")[0])
 
 
 def _register_with_inductor(module: ModuleType) -> None:

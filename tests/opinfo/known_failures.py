@@ -198,16 +198,8 @@ EXPECTED_FAILURES: dict[str, XFail | tuple[XFail, ...]] = {
     "sparse.sampled_addmm": XFail(SPARSE, phases=SAMPLE_AND_DTYPE_PHASES),
     "sparse.mm.reduce": XFail(SPARSE, phases=SAMPLE_AND_DTYPE_PHASES),
     # Strides.
-    "geqrf": strides(COLUMN_MAJOR),
-    "linalg.eig": strides(COLUMN_MAJOR + " (the eigenvectors)"),
-    "linalg.lstsq": strides(COLUMN_MAJOR + " (the solution)"),
-    "linalg.lstsq.grad_oriented": strides(COLUMN_MAJOR + " (the solution)"),
     "ormqr": strides(COLUMN_MAJOR + " (out= resized from empty)"),
     "linalg.householder_product": strides(COLUMN_MAJOR + " (out= resized from empty)"),
-    "argwhere": strides(
-        "backend bug: the (N, ndim) result has strides [ndim, 1]; CPU and CUDA return "
-        "the transpose of an (ndim, N) buffer, strides [1, N] (nonzero's layout)"
-    ),
     # CUDA dtype parity.
     **{
         op: XFail(FFT_HALF, phases=("dtypes",), dtypes=frozenset({torch.float16})) for op in FFT_OPS
@@ -222,103 +214,12 @@ EXPECTED_FAILURES: dict[str, XFail | tuple[XFail, ...]] = {
 # "forward" (the compiled outputs), "backward" (the input gradients through the
 # compiled backward graph). An entry whose phase then passes fails the test (XPASS).
 
-WORKER_CURRENT_DEVICE = (
-    "torch_neuronx bug (device registration): a factory op with device='neuron' (no "
-    "index) inside a compiled graph fails in Inductor's lowering with \"type object "
-    "'Worker' has no attribute 'current_device'\": NeuronInterface "
-    "(compile/inductor_device.py) inherits CpuInterface.Worker, which has no "
-    "current_device() (torch._inductor.utils.decode_device calls it for a device "
-    "without an index); CPU compile works"
-)
-RNG_STATE_TRACED = (
-    "torch_neuronx bug (Dynamo tracing into torch_neuronx): OpInfo runs the op in "
-    "torch.testing's freeze_rng_state(), which, neuron being the accelerator, calls "
-    "torch.neuron.get_rng_state() under no_dispatch(); Dynamo does not skip "
-    "torch_neuronx/random.py (torch.cuda's get_rng_state lives under torch/ and is "
-    "skipped), compiles it as a frame, and fails making a fake tensor from "
-    "torch.frombuffer(...) ('you set no_dispatch() before calling into this "
-    "function'). The CPU compile fails the same way once torch_neuronx is imported, "
-    "so these ops count as outside the requirement (reported apart)"
-)
 COMPILE_SPARSE = SPARSE + " (the compiled graph calls the same kernels)"
-COMPILE_COLUMN_MAJOR = (
-    "torch_neuronx bug, seen by the compiled wrapper: the eager linalg_eig kernel "
-    "returns row-major eigenvectors where its Meta kernel (and CPU, CUDA) say "
-    "column-major, so Inductor's assert_size_stride on the fallback's output raises "
-    "(the eager phase lists the same stride bug under 'strides', values match)"
-)
-
 COMPILE_EXPECTED_FAILURES: dict[str, XFail | tuple[XFail, ...]] = {
-    **{
-        op: XFail(WORKER_CURRENT_DEVICE, phases=("forward",))
-        for op in (
-            "arange",
-            "empty",
-            "empty_permuted",
-            "eye",
-            "logspace",
-            "logspace.tensor_overload",
-            "tril_indices",
-            "triu_indices",
-            *(
-                f"signal.windows.{w}"
-                for w in (
-                    "bartlett",
-                    "blackman",
-                    "cosine",
-                    "exponential",
-                    "gaussian",
-                    "general_cosine",
-                    "general_hamming",
-                    "hamming",
-                    "hann",
-                    "kaiser",
-                    "nuttall",
-                )
-            ),
-        )
-    },
-    **{
-        op: XFail(RNG_STATE_TRACED, phases=("forward", "backward"))
-        for op in (
-            "bernoulli",
-            "cauchy",
-            "empty_strided",
-            "exponential",
-            "geometric",
-            "item",
-            "log_normal",
-            "multinomial",
-            "nn.functional.alpha_dropout",
-            "nn.functional.dropout",
-            "nn.functional.dropout2d",
-            "nn.functional.dropout3d",
-            "nn.functional.feature_alpha_dropout.with_train",
-            "nn.functional.feature_alpha_dropout.without_train",
-            "nn.functional.fractional_max_pool2d",
-            "nn.functional.fractional_max_pool3d",
-            "nn.functional.multi_head_attention_forward",
-            "nn.functional.rrelu",
-            "nn.functional.scaled_dot_product_attention",
-            "normal",
-            "normal.in_place",
-            "normal.number_mean",
-            "pca_lowrank",
-            "rand_like",
-            "randint",
-            "randint_like",
-            "randn",
-            "randn_like",
-            "svd_lowrank",
-            "uniform",
-        )
-    },
     **{
         op: XFail(COMPILE_SPARSE, phases=("forward", "backward"))
         for op in ("to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce")
     },
-    "linalg.eig": XFail(COMPILE_COLUMN_MAJOR, phases=("forward", "backward")),
-    "linalg.eigvals": XFail(COMPILE_COLUMN_MAJOR, phases=("forward", "backward")),
 }
 
 # Looser tolerances for the compiled graph (key -> dtype -> atol/rtol): Inductor's

@@ -52,6 +52,27 @@ CppWrapperCodegen = CppWrapperCpu
 class NeuronInterface(CpuInterface):
     """Dynamo's and Inductor's view of the device (properties, synchronize)."""
 
+    class Worker:
+        # Inductor asks the Worker (meant to be safe in compile subprocesses) for
+        # the current device when it resolves ``device="neuron"`` without an
+        # index (factory ops in a graph) and for properties when it warms up.
+        @staticmethod
+        def set_device(device: int) -> None:
+            torch.neuron.set_device(device)
+
+        @staticmethod
+        def current_device() -> int:
+            return torch.neuron.current_device()
+
+        @staticmethod
+        def get_device_properties(device=None):
+            import multiprocessing
+
+            from torch._dynamo.device_interface import CpuDeviceProperties
+
+            # The kernels Inductor generates run on the host's cores.
+            return CpuDeviceProperties(multiprocessing.cpu_count())
+
     @staticmethod
     def synchronize(device=None):
         torch.neuron.synchronize(device)

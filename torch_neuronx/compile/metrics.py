@@ -1,29 +1,50 @@
 """What ``torch.neuron.get_dynamo_metrics()`` reports: one record per graph the
-``neuron`` backend compiled, and ``torch._dynamo.utils.counters["neuron"]``."""
+``neuron`` backend compiled (TorchNeuron's ``NeuronCompilationMetrics`` fields),
+and ``torch._dynamo.utils.counters["neuron"]``.
+
+The phase times come from Inductor's own timers
+(``torch._dynamo.utils.compilation_time_metrics``), read before and after the
+graph is compiled: FX passes (AOTAutograd and Inductor's graph passes), lowering
+(Inductor's ``GraphLowering.run``) and compiling (code generation, the C++
+compiler, loading).
+"""
 
 from __future__ import annotations
 
 import itertools
+import re
 import threading
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import dataclass
 
 import torch
 
 _lock = threading.Lock()
 _ids = itertools.count()
-_graphs: list[GraphRecord] = []
+_graphs: list[NeuronCompilationMetrics] = []
+
+# Inductor's timers (compilation_time_metrics keys) of the phases. Compiling
+# is code generation, the C++ compiler and loading (compile_to_module), or only
+# loading when the graph came from the cache. FX passes are the rest of the
+# backend call: AOTAutograd, the graph passes, cache lookups.
+_LOWER = "GraphLowering.run"
+_COMPILE = "GraphLowering.compile_to_module"
+_LOAD_CACHED = "PyCodeCache.load_by_key_path"
 
 
 @dataclass
-class GraphRecord:
+class NeuronCompilationMetrics:
     graph_id: int
-    name: str
+    graph_name: str
     model_name: str | None
-    node_count: int
     has_collectives: bool
-    compile_seconds: float = 0.0
-    fell_back: bool = False
-    phases: dict[str, float] = field(default_factory=dict)
+    graph_node_count: int
+    timestamp: float
+    torch_neuronx_fx_passes_us: int = 0
+    torch_neuronx_lower_us: int = 0
+    torch_neuronx_compile_us: int = 0
+    compile_seconds: float = 0.0  # the whole backend call, wall clock
+    fell_back: bool = False  # ran eagerly: the graph could not be compiled
 
 
 def _has_collectives(gm: torch.fx.GraphModule) -> bool:
@@ -35,36 +56,65 @@ def _has_collectives(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-def start_graph(gm: torch.fx.GraphModule, model_name: str | None) -> GraphRecord:
-    from torch._guards import CompileContext
+def _timers() -> dict[str, float]:
+    from torch._dynamo.utils import compilation_time_metrics
 
-    compile_id = CompileContext.current_compile_id()
+    return {k: sum(v) for k, v in compilation_time_metrics.items()}
+
+
+class GraphTimer:
+    """Times one backend call of one graph."""
+
+    def __init__(self, gm: torch.fx.GraphModule, model_name: str | None) -> None:
+        from torch._guards import CompileContext
+
+        with _lock:
+            graph_id = next(_ids)
+        compile_id = CompileContext.current_compile_id()
+        # TorchNeuron's form, "{model}_{id}_{kind}_{n}": kind is the Dynamo
+        # frame and n its graph (the part after a graph break).
+        frame = compile_id.frame_id if compile_id is not None else graph_id
+        attempt = compile_id.frame_compile_id if compile_id is not None else 0
+        self.record = NeuronCompilationMetrics(
+            graph_id=graph_id,
+            graph_name=f"{_name_part(model_name or 'model')}_{frame}_graph_{attempt}",
+            model_name=model_name,
+            has_collectives=_has_collectives(gm),
+            graph_node_count=sum(1 for _ in gm.graph.nodes),
+            timestamp=time.time(),
+        )
+        self._before = _timers()
+        self._start = time.perf_counter()
+
+    def finish(self, fell_back: bool) -> NeuronCompilationMetrics:
+        from torch._dynamo.utils import counters
+
+        r = self.record
+        r.compile_seconds = time.perf_counter() - self._start
+        r.fell_back = fell_back
+        spent = {k: v - self._before.get(k, 0.0) for k, v in _timers().items()}
+
+        lower = spent.get(_LOWER, 0.0)
+        compiled = spent.get(_COMPILE, 0.0) or spent.get(_LOAD_CACHED, 0.0)
+        r.torch_neuronx_lower_us = int(lower * 1e6)
+        r.torch_neuronx_compile_us = int(compiled * 1e6)
+        r.torch_neuronx_fx_passes_us = int(max(r.compile_seconds - lower - compiled, 0.0) * 1e6)
+        with _lock:
+            _graphs.append(r)
+        counters["neuron"]["compiled_graphs" if not fell_back else "eager_fallbacks"] += 1
+        if r.has_collectives:
+            counters["neuron"]["graphs_with_collectives"] += 1
+        return r
+
+
+def _name_part(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+def get_dynamo_metrics() -> list[NeuronCompilationMetrics]:
+    """One record per graph the ``neuron`` compile backend handled, oldest first."""
     with _lock:
-        graph_id = next(_ids)
-    name = f"graph {compile_id}" if compile_id is not None else f"graph {graph_id}"
-    return GraphRecord(
-        graph_id=graph_id,
-        name=name,
-        model_name=model_name,
-        node_count=sum(1 for _ in gm.graph.nodes),
-        has_collectives=_has_collectives(gm),
-    )
-
-
-def finish_graph(record: GraphRecord, seconds: float, fell_back: bool) -> None:
-    from torch._dynamo.utils import counters
-
-    record.compile_seconds = seconds
-    record.fell_back = fell_back
-    with _lock:
-        _graphs.append(record)
-    counters["neuron"]["compiled_graphs" if not fell_back else "eager_fallbacks"] += 1
-
-
-def get_dynamo_metrics() -> list[dict]:
-    """One dict per graph the ``neuron`` compile backend handled, oldest first."""
-    with _lock:
-        return [asdict(g) for g in _graphs]
+        return list(_graphs)
 
 
 def reset_dynamo_metrics() -> None:

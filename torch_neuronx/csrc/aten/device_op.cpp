@@ -91,6 +91,24 @@ void marginLossUnreducedShape(CachedMeta& m, const std::vector<IValue>& args) {
   loss.strides.clear();
 }
 
+// linalg_eig's C++ Meta kernel makes the eigenvectors row-major; the CPU and
+// CUDA kernels (LAPACK / MAGMA) return them column-major, and so do the
+// compiler's fake tensors (torch/_meta_registrations.py).
+void eigenvectorsColumnMajor(CachedMeta& m, const std::vector<IValue>&) {
+  TensorMeta& v = m.returns.at(1).at(0);
+  const size_t d = v.sizes.size();
+  if (d < 2) return;
+  std::vector<int64_t> strides(d);
+  strides[d - 2] = 1;
+  strides[d - 1] = std::max<int64_t>(v.sizes[d - 2], 1);
+  int64_t step = strides[d - 1] * std::max<int64_t>(v.sizes[d - 1], 1);
+  for (size_t i = d - 2; i-- > 0;) {
+    strides[i] = step;
+    step *= std::max<int64_t>(v.sizes[i], 1);
+  }
+  v.strides = std::move(strides);
+}
+
 std::mutex g_traits_mu;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpTraits>>
     g_traits;
@@ -111,6 +129,7 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   if (t.name == "aten::multi_margin_loss" ||
       t.name == "aten::multilabel_margin_loss_forward")
     t.adjust_meta = &marginLossUnreducedShape;
+  if (t.name == "aten::linalg_eig") t.adjust_meta = &eigenvectorsColumnMajor;
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
   const auto& args = schema.arguments();
   for (const auto& a : args) t.arg_is_out.push_back(a.is_out());
@@ -282,8 +301,15 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
     });
   auto place = [&](const at::Tensor& cpu_result) -> at::Tensor {
     if (!cpu_result.defined()) return cpu_result;
+    // The CPU kernel's layout is the layout CUDA's kernel gives (the same
+    // BatchLinearAlgebra code: LAPACK results are column-major) and the one
+    // the compiler's fake tensors expect.
     at::Tensor out =
-        emptyContiguous(cpu_result.sizes(), cpu_result.scalar_type(), device);
+        cpu_result.is_non_overlapping_and_dense()
+            ? emptyStrided(cpu_result.sizes(), cpu_result.strides(),
+                           cpu_result.scalar_type(), device)
+            : emptyContiguous(cpu_result.sizes(), cpu_result.scalar_type(),
+                              device);
     copies->emplace_back(out_aliases.alias(out), cpu_result);
     return out;
   };
@@ -296,7 +322,12 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
       if (traits.arg_is_out[a]) {
         // out= argument: it got a fresh CPU tensor; size and fill the real one.
         at::Tensor cpu = r.toTensor();
-        if (dst.sizes() != cpu.sizes()) dst.resize_(cpu.sizes());
+        if (dst.sizes() != cpu.sizes()) {
+          dst.resize_(cpu.sizes());
+          if (cpu.is_non_overlapping_and_dense())  // as above: CPU's layout
+            dst.unsafeGetTensorImpl()->set_sizes_and_strides(
+                cpu.sizes(), cpu.strides(), dst.storage_offset());
+        }
         copies->emplace_back(out_aliases.alias(dst), cpu);
       }
       outs.push_back(dst);
