@@ -72,3 +72,18 @@ def test_distributed_checkpoint_resharded_on_load(tmp_path):
     run_job("dcp_worker.py", 2, args=("save", str(tmp_path)))
     run_job("dcp_worker.py", 1, args=("load", str(tmp_path)))
     run_job("dcp_worker.py", 4, timeout=240, args=("load", str(tmp_path)))
+
+
+def test_functional_collectives_in_compiled_graphs(tmp_path):
+    # All ranks compile the same graphs at once into one cache directory: each C++
+    # file is built by one of them (Inductor's lock per file), the others load it.
+    cache = tmp_path / "cache"
+    outs = run_job(
+        "compile_worker.py",
+        2,
+        timeout=240,
+        rank_env=lambda r: {"TORCH_NEURONX_NEFF_CACHE_DIR": str(cache)},
+    )
+    built = sum(int(o.split("COMPILED_FILES ")[1].split()[0]) for o in outs)
+    libraries = list(cache.rglob("*.so"))
+    assert libraries and built == len(libraries), (built, libraries)

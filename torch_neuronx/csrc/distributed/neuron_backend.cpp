@@ -334,11 +334,24 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
     const std::vector<at::Tensor>& used, std::vector<at::Tensor> outputs,
     Body body, CopyBacks copies, bool blocks_host) {
   const uint64_t seq = ++seq_;
-  const c10::Stream comm = commStream(device);
-  // After what the caller queued so far.
-  c10::Event ready(c10::DeviceType::PrivateUse1);
-  ready.record(currentStream(device));
-  ready.block(comm);
+  const c10::Stream current = currentStream(device);
+  // Inside a compiled program (its stream is batching) the collective is a
+  // step of the program, in order with its kernels, rather than an item on
+  // the comm stream: events would cut the program in pieces.
+  const bool in_program = runtimeStream(current).batching();
+  const c10::Stream comm = in_program ? current : commStream(device);
+  if (!in_program) {
+    // After what the caller queued so far.
+    c10::Event ready(c10::DeviceType::PrivateUse1);
+    ready.record(current);
+    ready.block(comm);
+  } else if (comm_stream_ && !runtimeStream(*comm_stream_).query()) {
+    // A transport runs one collective at a time, in the order queued: after
+    // the eager ones still on the comm stream (this cuts the program there).
+    c10::Event prior(c10::DeviceType::PrivateUse1);
+    prior.record(*comm_stream_);
+    prior.block(current);
+  }
   for (const at::Tensor& t : used)
     if (t.defined()) t.record_stream(comm);
   for (auto& [to, from] : copies) {
@@ -371,8 +384,9 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
     c10::StreamGuard guard(comm);
     for (auto& [to, from] : copies) to.copy_(from);
   }
-  auto work = c10::make_intrusive<NeuronWork>(
-      rank_, type, label, seq, comm, std::move(outputs), outcome, blocks_host);
+  auto work = c10::make_intrusive<NeuronWork>(rank_, type, label, seq, comm,
+                                              std::move(outputs), outcome,
+                                              blocks_host, in_program);
   work->markQueued();
   return work;
 }

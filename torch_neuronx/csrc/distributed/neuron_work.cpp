@@ -14,19 +14,25 @@ NeuronWork::NeuronWork(int rank, c10d::OpType type, const char* title,
                        uint64_t seq, c10::Stream comm,
                        std::vector<at::Tensor> outputs,
                        std::shared_ptr<CollectiveOutcome> outcome,
-                       bool blocks_host)
+                       bool blocks_host, bool in_program)
     : c10d::Work(rank, type, title),
       seq_(seq),
       comm_(comm),
       outputs_(std::move(outputs)),
       outcome_(std::move(outcome)),
-      blocks_host_(blocks_host) {
+      blocks_host_(blocks_host),
+      in_program_(in_program) {
+  std::vector<c10::Device> devices;
+  if (!in_program) devices.push_back(comm.device());
   future_ = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()),
-      std::vector<c10::Device>{comm.device()});
+      c10::ListType::create(c10::TensorType::get()), std::move(devices));
 }
 
 void NeuronWork::markQueued() {
+  if (in_program_) {
+    future_->markCompleted(c10::IValue(outputs_));
+    return;
+  }
   done_.record(comm_);
   // The future's value is ready on the device once the comm stream gets
   // there: completing it with the comm stream current records that point,
@@ -35,7 +41,9 @@ void NeuronWork::markQueued() {
   future_->markCompleted(c10::IValue(outputs_));
 }
 
-bool NeuronWork::isCompleted() { return done_.query(); }
+bool NeuronWork::isCompleted() {
+  return in_program_ ? runtimeStream(comm_).query() : done_.query();
+}
 
 bool NeuronWork::isSuccess() const {
   return !outcome_->failed.load(std::memory_order_acquire);
@@ -54,6 +62,10 @@ void NeuronWork::raiseIfFailed() const {
 }
 
 void NeuronWork::synchronize() {
+  if (in_program_) {  // the caller's stream runs it before what follows
+    raiseIfFailed();
+    return;
+  }
   // Later work on the caller's current stream runs after the collective.
   done_.block(currentStream(comm_.device_index()));
   raiseIfFailed();
@@ -62,6 +74,12 @@ void NeuronWork::synchronize() {
 bool NeuronWork::wait(std::chrono::milliseconds timeout) {
   if (!blocks_host_ && timeout == kNoTimeout) {
     synchronize();
+    return true;
+  }
+  if (in_program_) {
+    // The host waits for the program's stream (the held program is queued).
+    runtimeStream(comm_).synchronize();
+    raiseIfFailed();
     return true;
   }
   // barrier(), or a caller that asked for a bound: the host waits.

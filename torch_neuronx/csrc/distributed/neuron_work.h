@@ -36,7 +36,8 @@ class NeuronWork final : public c10d::Work {
  public:
   NeuronWork(int rank, c10d::OpType type, const char* title, uint64_t seq,
              c10::Stream comm, std::vector<at::Tensor> outputs,
-             std::shared_ptr<CollectiveOutcome> outcome, bool blocks_host);
+             std::shared_ptr<CollectiveOutcome> outcome, bool blocks_host,
+             bool in_program = false);
 
   // Called right after the item is queued, with nothing queued in between.
   void markQueued();
@@ -58,6 +59,10 @@ class NeuronWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<CollectiveOutcome> outcome_;
   bool blocks_host_;
+  // A step of a compiled program on the caller's stream: ordered with what
+  // follows by the stream itself, so no event marks it (an event would cut
+  // the program).
+  bool in_program_;
   c10::Event done_{c10::DeviceType::PrivateUse1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
