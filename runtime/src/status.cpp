@@ -18,6 +18,8 @@ const char* statusName(Status s) {
       return "forked child";
     case Status::kCollectiveFailed:
       return "collective failed";
+    case Status::kCaptureInvalid:
+      return "operation not permitted when stream is capturing";
   }
   return "unknown";
 }

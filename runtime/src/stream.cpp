@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 
+#include "neuron_runtime/captured_work.h"
 #include "neuron_runtime/trace.h"
 
 namespace neuron_rt {
@@ -199,7 +200,83 @@ uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
   return link(label, kind, std::move(fn), std::move(task));
 }
 
+void Stream::beginCapture(uint64_t id) {
+  if (id == 0) throw Error(Status::kInvalidArgument, "capture id must be > 0");
+  flushBatch();
+  std::lock_guard<std::mutex> g(capture_mu_);
+  if (capture_)
+    throw Error(Status::kCaptureInvalid,
+                "the stream is already capturing (captures do not nest)");
+  capture_ = std::make_shared<CapturedWork>(id);
+  capture_invalid_.clear();
+  capture_id_.store(id, std::memory_order_release);
+}
+
+std::shared_ptr<CapturedWork> Stream::endCapture() {
+  flushBatch();  // a program still open is part of the capture
+  std::shared_ptr<CapturedWork> work;
+  std::string invalid;
+  {
+    std::lock_guard<std::mutex> g(capture_mu_);
+    if (!capture_)
+      throw Error(Status::kCaptureInvalid, "the stream is not capturing");
+    work.swap(capture_);
+    invalid.swap(capture_invalid_);
+    capture_id_.store(0, std::memory_order_release);
+  }
+  if (!invalid.empty())
+    throw Error(Status::kCaptureInvalid,
+                "the capture was invalidated: " + invalid +
+                    " is not permitted while the "
+                    "stream is capturing");
+  return work;
+}
+
+void Stream::throwIfCapturing(const char* what) {
+  if (!capturing()) return;
+  {
+    std::lock_guard<std::mutex> g(capture_mu_);
+    if (!capture_) return;
+    if (capture_invalid_.empty()) capture_invalid_ = what;
+  }
+  throw Error(
+      Status::kCaptureInvalid,
+      std::string(what) + ": operation not permitted when stream is capturing");
+}
+
+namespace {
+
+class ReplayTask final : public Task {
+ public:
+  ReplayTask(std::shared_ptr<const CapturedWork> work, const char* label)
+      : work_(std::move(work)), label_(label) {}
+  void run() override { work_->run(label_); }
+
+ private:
+  std::shared_ptr<const CapturedWork> work_;
+  const char* label_;
+};
+
+}  // namespace
+
+uint64_t Stream::replay(std::shared_ptr<const CapturedWork> work,
+                        const char* label) {
+  if (!work) throw Error(Status::kInvalidArgument, "replay of no work");
+  return append(label, ItemKind::kCompute, nullptr,
+                std::make_unique<ReplayTask>(std::move(work), label));
+}
+
 uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
+  if (capturing()) {
+    if (kind == ItemKind::kMarker)
+      throwIfCapturing(label);  // an event record or wait
+    std::lock_guard<std::mutex> g(capture_mu_);
+    if (capture_) {
+      capture_->steps_.push_back(
+          CapturedWork::Step{label, std::move(fn), std::move(task)});
+      return enqueued_.load(std::memory_order_acquire);
+    }
+  }
   Node* node = new Node;
   node->label = label;
   node->kind = kind;
@@ -308,6 +385,7 @@ void Stream::workerLoop() {
 }
 
 void Stream::waitFor(uint64_t seq) {
+  throwIfCapturing("a host wait for the stream");
   if (batching()) flushBatch();  // a held item may be what is waited for
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   int64_t until = nowNs() + kWaitSpinNs;
@@ -330,6 +408,7 @@ void Stream::waitFor(uint64_t seq) {
 }
 
 void Stream::synchronize() {
+  throwIfCapturing("a stream synchronize");
   if (batching()) flushBatch();
   waitFor(enqueued_.load(std::memory_order_acquire));
   // What the finished items captured (tensors, buffers) is released now, so

@@ -20,6 +20,9 @@ enum class Status {
   // A collective between processes failed (a peer died or timed out, ranks
   // disagreed): the torch layer raises it as a DistBackendError.
   kCollectiveFailed,
+  // Not allowed while the stream is capturing (a host wait, an event), or
+  // a capture that such a call invalidated.
+  kCaptureInvalid,
 };
 
 const char* statusName(Status s);

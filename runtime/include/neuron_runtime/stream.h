@@ -24,6 +24,7 @@
 namespace neuron_rt {
 
 class Trace;
+class CapturedWork;
 
 enum class ItemKind : uint8_t {
   kCompute,  // skipped when the stream is poisoned
@@ -87,6 +88,26 @@ class Stream {
   void beginBatch(const char* label);
   void endBatch();
   bool batching() const { return batching_.load(std::memory_order_acquire); }
+
+  // Capture: between beginCapture() and endCapture(), compute and copy items
+  // queued on this stream (batches included) are recorded instead of run;
+  // endCapture() returns them, and replay() queues them as ONE item that runs
+  // them again, in order, each time it is called. Captured items must be
+  // re-runnable (they run over the same memory with the same arguments).
+  // While capturing, a marker (event record or wait) or a host wait
+  // (synchronize, waitFor) throws Error(kCaptureInvalid) and invalidates the
+  // capture: endCapture() then throws too, naming the first such call.
+  // `id` (non-zero) tags the capture (the allocator keeps the memory
+  // allocated during it for the replays).
+  void beginCapture(uint64_t id);
+  std::shared_ptr<CapturedWork> endCapture();
+  bool capturing() const {
+    return capture_id_.load(std::memory_order_acquire) != 0;
+  }
+  uint64_t captureId() const {
+    return capture_id_.load(std::memory_order_acquire);
+  }
+  uint64_t replay(std::shared_ptr<const CapturedWork> work, const char* label);
 
   // Blocks the calling thread until every item queued so far has run.
   void synchronize();
@@ -181,6 +202,12 @@ class Stream {
   mutable std::mutex batch_mu_;  // the fields below
   const char* batch_label_ = "";
   std::vector<Held> held_;
+
+  std::atomic<uint64_t> capture_id_{0};
+  mutable std::mutex capture_mu_;  // the fields below
+  std::shared_ptr<CapturedWork> capture_;
+  std::string capture_invalid_;  // why the capture is invalid ("" if not)
+  void throwIfCapturing(const char* what);
 
   std::atomic<bool> poisoned_{false};
   std::mutex error_mu_;
