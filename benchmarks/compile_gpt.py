@@ -8,7 +8,9 @@ Measured side by side in one run, from the repo root::
 For each GPT size, four variants train the same model (same seed, weights and
 batches; AdamW as in examples/gpt/train.py): eager CPU, ``torch.compile`` with
 Inductor on CPU tensors, eager neuron, and ``torch.compile(backend="neuron")`` on
-neuron tensors (model forward and backward and the AdamW step compiled). A step is
+neuron tensors (model forward and backward and the AdamW step compiled), and the
+same with ``mode="reduce-overhead"`` (each compiled graph captured once, then
+replayed: torch.neuron graphs; AdamW with ``capturable=True``). A step is
 the whole iteration (batch, forward, backward, AdamW). Each variant runs in a fresh
 child process (libgomp slows whichever of two OpenMP users in one process runs second;
 see gpt_step.py), warms up, then times --steps steps; rounds alternate the order, and
@@ -62,7 +64,13 @@ SIZES = {
     "default": {"n_layer": 6, "n_head": 8, "d_model": 256, "seq_len": 128, "batch": 8},
     "small": {"n_layer": 4, "n_head": 4, "d_model": 64, "seq_len": 32, "batch": 4},
 }
-VARIANTS = ["cpu:eager", "cpu:compiled", "neuron:eager", "neuron:compiled"]
+VARIANTS = [
+    "cpu:eager",
+    "cpu:compiled",
+    "neuron:eager",
+    "neuron:compiled",
+    "neuron:reduce-overhead",
+]
 RESULT = "RESULT "
 
 
@@ -78,11 +86,12 @@ def run_one(variant: str, size: str, steps: int, warmup: int, seed: int) -> dict
         seq_len=s["seq_len"],
     )
     model = build_model(cfg, device, seed)
-    optimizer = make_optimizer(model, 3e-4)
+    captures = mode == "reduce-overhead"
+    optimizer = make_optimizer(model, 3e-4, capturable=captures)
     step_model = model
-    if mode == "compiled":
-        step_model = compile_model(model, device)
-        compile_optimizer(optimizer, device)
+    if mode in ("compiled", "reduce-overhead"):
+        step_model = compile_model(model, device, "reduce-overhead" if captures else None)
+        compile_optimizer(optimizer, device, "reduce-overhead" if captures else None)
     gen = torch.Generator().manual_seed(seed)
 
     def step():
@@ -198,8 +207,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"  cold compile neuron / Inductor-CPU: {cold_ratio:.2f} (<= 1.5) "
                 f"{verdict(ok_c)}; warm start / cold: {warm_frac:.0%} (<= 25%) {verdict(ok_w)}"
             )
+            ro = med["neuron:compiled"] / med["neuron:reduce-overhead"]
+            print(f"  compiled neuron / reduce-overhead neuron: {ro:.2f}")
+            print(
+                f"  reduce-overhead neuron / Inductor-CPU: "
+                f"{med['neuron:reduce-overhead'] / med['cpu:compiled']:.2f}"
+            )
             d = abs(losses["neuron:compiled"] - losses["neuron:eager"])
             print(f"  loss |compiled - eager| on neuron after the timed steps: {d:.2e}")
+            d = abs(losses["neuron:reduce-overhead"] - losses["neuron:eager"])
+            print(f"  loss |reduce-overhead - eager| on neuron: {d:.2e}")
     return 1 if failed else 0
 
 

@@ -314,10 +314,25 @@ def test_cpu_inputs_are_copied_to_the_device():
     out, doubled = torch.compile(model, backend="neuron")(x, steps)
     ref = torch.nn.functional.linear(x, model.lin.weight.cpu(), model.lin.bias.cpu()).relu()
     torch.testing.assert_close(out.cpu(), ref)
-    # The mutation reached the caller's CPU tensor; a CPU output stays on CPU.
+    # `steps` is computed with on the CPU: it stays there, as in eager mode.
     assert steps.tolist() == [1.0, 1.0]
     assert doubled.device.type == "cpu" and doubled.tolist() == [2.0, 2.0]
     assert [r.fell_back for r in torch.neuron.get_dynamo_metrics()] == [False]
+    # x, which the graph only moves to neuron, is copied before the program runs
+    # (inside it, the copy would be a step of the program, not an item of its own).
+    labels = trace_labels(lambda: torch.compile(model, backend="neuron")(x, steps))
+    assert labels[0] == "copy_host_to_device" and labels[1].startswith("compiled graph"), labels
+
+
+def test_cpu_tensors_an_op_needs_on_the_cpu_stay_there():
+    # tensor_split takes its split points as a CPU tensor.
+    def f(t, idx):
+        return [p * 2 for p in torch.tensor_split(t, idx)]
+
+    t, idx = torch.randn(7), torch.tensor([2, 5])
+    out = torch.compile(f, backend="neuron")(t.to(DEV), idx)
+    for a, b in zip(out, f(t, idx), strict=True):
+        torch.testing.assert_close(a.cpu(), b)
 
 
 def test_cpu_autocopy_can_be_made_an_error(monkeypatch):
@@ -405,3 +420,86 @@ def test_programs_are_cached_across_processes(tmp_path):
     assert "HITS 1" in run()
     assert "HITS 0" in run({"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"})
     assert (tmp_path / "cache").is_dir()
+
+
+# ---- mode="reduce-overhead": compiled graphs captured once, then replayed
+
+
+@pytest.fixture
+def captured_calls():
+    """The CapturedCalls (compiled graphs under reduce-overhead) a test creates."""
+    import gc
+
+    from torch_neuronx.compile.captured_call import CapturedCall
+
+    gc.collect()
+    before = set(map(id, CapturedCall.instances))
+    return lambda: [c for c in CapturedCall.instances if id(c) not in before]
+
+
+def test_reduce_overhead_replays_forward_and_backward_and_matches_eager(captured_calls):
+    torch.manual_seed(0)
+    ref = mlp()
+    model = mlp().to(DEV)
+    model.load_state_dict(ref.state_dict())
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(
+        lambda x, y: torch.nn.functional.cross_entropy(model(x), y),
+        backend="neuron",
+        mode="reduce-overhead",
+    )
+    losses = []
+    for _ in range(5):
+        x, y = torch.randn(16, 64), torch.randint(0, 8, (16,))
+        loss = step(x.to(DEV), y.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss_ref = torch.nn.functional.cross_entropy(ref(x), y)
+        loss_ref.backward()
+        opt_ref.step()
+        opt_ref.zero_grad()
+        losses.append((loss.item(), loss_ref.item()))
+    for got, want in losses:
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6), losses
+    calls = {c.name.split()[-1]: c for c in captured_calls()}
+    assert set(calls) == {"forward", "backward"}
+    # The first call warms up, the second captures and replays, the rest replay.
+    assert all(c.replays == 4 and c.disabled is None for c in calls.values())
+    # A replayed graph is one work item, not a program run by its wrapper.
+    x, y = torch.randn(16, 64, device=DEV), torch.randint(0, 8, (16,), device=DEV)
+    labels = trace_labels(lambda: step(x, y).backward())
+    assert sum(lb.startswith("neuron graph") for lb in labels) == 2, labels
+    assert not any(lb.startswith("compiled graph") for lb in labels), labels
+
+
+def test_reduce_overhead_outputs_survive_later_replays_and_shapes_capture_apart(captured_calls):
+    f = torch.compile(
+        lambda x: (x * 2).sin() + 1, backend="neuron", mode="reduce-overhead", dynamic=True
+    )
+    xs = [torch.randn(n, 8) for n in (4, 4, 4, 6, 6, 6, 4)]
+    outs = [f(x.to(DEV)) for x in xs]
+    for x, o in zip(xs, outs, strict=True):
+        torch.testing.assert_close(o.cpu(), (x * 2).sin() + 1)
+    # One graph for every size; one capture per size (its size is an argument).
+    (call,) = captured_calls()
+    assert len(call.captures) == 2 and call.replays == 5
+
+
+def test_reduce_overhead_runs_an_uncapturable_graph_uncaptured_with_one_warning():
+    # Dropout draws from the generator at each call: it cannot be replayed.
+    f = torch.compile(
+        lambda x: torch.nn.functional.dropout(x, 0.5, training=True) + 1,
+        backend="neuron",
+        mode="reduce-overhead",
+    )
+    x = torch.ones(64, device=DEV)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = [f(x).cpu() for _ in range(4)]
+    msgs = [str(w.message) for w in caught if "not captured" in str(w.message)]
+    assert len(msgs) == 1 and "random ops" in msgs[0], msgs
+    for o in outs:
+        assert set(o.unique().tolist()) <= {1.0, 3.0}
+    assert not all(torch.equal(outs[0], o) for o in outs[1:])  # fresh masks

@@ -19,6 +19,7 @@ from .device import (
     set_device,
     synchronize,
 )
+from .graphs import NeuronGraph, graph, is_current_stream_capturing
 from .host_memory import (
     host_memory_stats,
     host_memory_stats_as_nested_dict,
@@ -121,6 +122,8 @@ __all__ = [
     "stream",
     "synchronize",
 ]
+
+__all__ += ["NeuronGraph", "graph", "is_current_stream_capturing"]
 
 # torch.autocast("neuron") looks this up on the device module.
 from .amp import get_amp_supported_dtype  # noqa: E402

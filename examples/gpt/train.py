@@ -11,7 +11,9 @@ Example (from the repo root)::
 ``--compile`` trains with ``torch.compile``: the model's forward and backward and the
 AdamW step as compiled graphs (backend ``neuron`` on neuron, ``inductor`` elsewhere),
 each one work item per step on the device; the losses match eager mode to float
-tolerance.
+tolerance. ``--compile-mode reduce-overhead`` also captures each compiled graph
+once and replays it (torch.neuron graphs; AdamW then keeps its step on the device,
+``capturable=True``).
 
 ``train(args)`` returns the per-step losses so tests and benchmarks can import it::
 
@@ -86,23 +88,26 @@ def build_model(cfg: GPTConfig, device: torch.device, seed: int) -> GPT:
     return GPT(cfg).to(device)
 
 
-def make_optimizer(model: GPT, lr: float) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, lr: float, capturable: bool = False) -> torch.optim.AdamW:
     # foreach/fused are deliberately left unset: PyTorch then picks its default,
     # which is the multi-tensor (foreach) path for accelerator devices such as
-    # neuron, and the per-tensor loop on CPU.
-    return torch.optim.AdamW(model.parameters(), lr=lr)
+    # neuron, and the per-tensor loop on CPU. capturable keeps the step count on
+    # the device (what a captured graph needs).
+    return torch.optim.AdamW(model.parameters(), lr=lr, capturable=capturable)
 
 
-def compile_model(model: GPT, device: torch.device):
+def compile_model(model: GPT, device: torch.device, mode: str | None = None):
     """The model under torch.compile, with the device's own backend where it has one."""
     backend = "neuron" if device.type == "neuron" else "inductor"
-    return torch.compile(model, backend=backend)
+    return torch.compile(model, backend=backend, mode=mode)
 
 
-def compile_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+def compile_optimizer(
+    optimizer: torch.optim.Optimizer, device: torch.device, mode: str | None = None
+) -> None:
     """optimizer.step() under torch.compile (one program for all parameters)."""
     backend = "neuron" if device.type == "neuron" else "inductor"
-    optimizer.step = torch.compile(optimizer.step, backend=backend)
+    optimizer.step = torch.compile(optimizer.step, backend=backend, mode=mode)
 
 
 # --amp choices: the autocast dtype of each (None = no autocast, float32 throughout).
@@ -164,6 +169,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="torch.compile the model (backend neuron on neuron, inductor elsewhere)",
     )
+    p.add_argument(
+        "--compile-mode",
+        choices=("default", "reduce-overhead"),
+        default="default",
+        help="torch.compile mode (reduce-overhead: captured graphs, replayed)",
+    )
     args = p.parse_args(argv)
     if args.steps < 1 or args.log_every < 1:
         p.error("--steps and --log-every must be >= 1")
@@ -182,20 +193,21 @@ def train(args: argparse.Namespace) -> list[float]:
         seq_len=args.seq_len,
     )
     model = build_model(cfg, device, args.seed)
-    optimizer = make_optimizer(model, args.lr)
+    captures = args.compile and args.compile_mode == "reduce-overhead"
+    optimizer = make_optimizer(model, args.lr, capturable=captures and device.type != "cpu")
     # The compiled module shares the model's parameters: the optimizer and the
     # sampling below use the model itself.
     step_model = model
     if args.compile:
-        step_model = compile_model(model, device)
-        compile_optimizer(optimizer, device)
+        step_model = compile_model(model, device, args.compile_mode)
+        compile_optimizer(optimizer, device, args.compile_mode)
     # Batches come from a CPU generator so the data order depends only on the seed.
     gen = torch.Generator().manual_seed(args.seed)
     print(
         f"device={device} params={model.num_params() / 1e6:.2f}M "
         f"vocab={cfg.vocab_size} steps={args.steps} batch={args.batch} "
         f"seq_len={args.seq_len} lr={args.lr} seed={args.seed} amp={args.amp} "
-        f"compile={args.compile}",
+        f"compile={args.compile}{' ' + args.compile_mode if args.compile else ''}",
         flush=True,
     )
 

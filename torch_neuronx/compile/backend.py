@@ -9,15 +9,16 @@ as one work item per call. ``options`` takes Inductor's options and ``model_name
 A graph Inductor cannot compile runs eagerly instead, with one warning naming it
 (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` raises instead).
 
-CPU tensors given to a graph that computes on neuron (a model on neuron called with
-CPU inputs it moves itself) are copied to the device before the graph runs, and
-outputs that were CPU tensors in the traced graph are copied back, so the caller
-sees what eager mode gives (``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes
-such an input an error instead).
+CPU tensors given to a graph that only moves them to neuron (a model on neuron
+called with CPU inputs it moves itself) are copied to the device before the graph
+runs, so the graph runs on the device as a whole
+(``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes such an input an error
+instead). CPU tensors a graph computes with on the CPU stay there, as in eager mode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Sequence
@@ -64,87 +65,78 @@ def _autocopy_disabled() -> bool:
     return os.environ.get("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "0") not in ("", "0")
 
 
-def _cpu_inputs_to_copy(example_inputs: Sequence[Any]) -> list[int]:
-    """Indices of the CPU tensor inputs of a graph that computes on neuron.
+def _moved_to_neuron(node: torch.fx.Node) -> bool:
+    """``node`` moves a tensor to a neuron device (``x.to("neuron")``, ``.to(t.device)``)."""
+    if not (node.op == "call_method" and node.target in ("to", "cuda")) and node.target not in (
+        torch.Tensor.to,
+    ):
+        return False
+    value = node.meta.get("example_value")
+    return isinstance(value, torch.Tensor) and value.device.type == "neuron"
 
-    0-dim CPU tensors stay: eager ops take them as scalars beside neuron tensors.
-    A graph with no neuron tensor input is a CPU graph and is left as it is.
+
+def _cpu_inputs_to_copy(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> dict[int, torch.device]:
+    """The CPU tensor inputs the graph only moves to neuron: index -> device.
+
+    Copying them before the graph runs changes nothing the graph computes (the moves
+    in it become no-ops) and lets the whole graph run on the device. A CPU input the
+    graph computes with on the CPU (or returns, or mutates) stays where it is.
     """
-    tensors = [(i, t) for i, t in enumerate(example_inputs) if isinstance(t, torch.Tensor)]
-    if not any(t.device.type == "neuron" for _, t in tensors):
-        return []
-    return [i for i, t in tensors if t.device.type == "cpu" and t.dim() > 0]
-
-
-def _cpu_outputs(gm: torch.fx.GraphModule) -> list[int] | None:
-    """Indices of the graph's outputs that are CPU tensors (None: unknown)."""
-    (out,) = [n for n in gm.graph.nodes if n.op == "output"]
-    values = out.args[0]
-    if not isinstance(values, (tuple, list)):
-        return None
-    cpu = []
-    for i, v in enumerate(values):
-        val = v.meta.get("example_value") if isinstance(v, torch.fx.Node) else None
-        if isinstance(val, torch.Tensor) and val.device.type == "cpu":
-            cpu.append(i)
-    return cpu
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return {}
+    copy = {}
+    for i, (node, t) in enumerate(zip(placeholders, example_inputs, strict=True)):
+        if not (isinstance(t, torch.Tensor) and t.device.type == "cpu") or not node.users:
+            continue
+        if all(_moved_to_neuron(u) for u in node.users):
+            devices = {u.meta["example_value"].device for u in node.users}
+            if len(devices) == 1:
+                copy[i] = devices.pop()
+    return copy
 
 
 def _with_cpu_autocopy(gm, example_inputs, compile_graph):
-    """``compile_graph(example_inputs)``, the CPU inputs of a neuron graph copied first."""
-    to_copy = _cpu_inputs_to_copy(example_inputs)
+    """``compile_graph(example_inputs)``, with the CPU inputs the graph moves to
+    neuron copied there before each call (see the module docstring)."""
+    to_copy = _cpu_inputs_to_copy(gm, example_inputs)
     if not to_copy:
         return compile_graph(example_inputs)
     if _autocopy_disabled():
-        i = to_copy[0]
         raise RuntimeError(
-            f"Input tensor at index {i} is on cpu device, but the graph computes on "
-            f"neuron: move it with .to('neuron') (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY "
+            f"Input tensor at index {min(to_copy)} is on cpu device, but the graph moves "
+            "it to neuron: pass it on the device (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY "
             "is set, so CPU inputs are not copied)"
         )
-    cpu_outputs = _cpu_outputs(gm)
-    device = next(
-        t.device
-        for t in example_inputs
-        if isinstance(t, torch.Tensor) and t.device.type == "neuron"
-    )
     inputs = list(example_inputs)
-    for i in to_copy:
+    for i, device in to_copy.items():
         inputs[i] = inputs[i].to(device)
     compiled = compile_graph(inputs)
 
     def run(*args):
         args = list(args)
-        originals = {i: args[i] for i in to_copy}
-        for i in to_copy:
+        for i, device in to_copy.items():
             args[i] = args[i].to(device, non_blocking=True)
-        versions = {i: args[i]._version for i in to_copy}
-        outs = compiled(*args)
-        # A graph that mutates an input mutates the copy: the caller's tensor gets it.
-        for i in to_copy:
-            if args[i]._version != versions[i]:
-                originals[i].copy_(args[i])
-        if cpu_outputs and isinstance(outs, (tuple, list)):
-            outs = list(outs)
-            for i in cpu_outputs:
-                if isinstance(outs[i], torch.Tensor):
-                    outs[i] = outs[i].cpu()
-        return outs
+        return compiled(*args)
 
     return run
 
 
-def _config_patches(mode: str | None, options: dict[str, Any]) -> dict[str, Any]:
+def _config_patches(mode: str | None, options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Inductor's config patches for ``mode`` and ``options``, and whether graphs
+    are captured and replayed (``triton.cudagraphs``, which mode="reduce-overhead"
+    sets: CUDA graph trees are CUDA's, neuron captures graphs itself, see
+    captured_call.py)."""
     from torch._inductor import list_mode_options
 
     patches: dict[str, Any] = {}
     if mode and mode != "default":
         patches.update(list_mode_options(mode))
-        # Capture and replay of device programs is not there yet: programs run
-        # as they are launched.
-        patches.pop("triton.cudagraphs", None)
     patches.update({k: v for k, v in options.items() if k not in _NEURON_OPTIONS})
-    return patches
+    captures = bool(patches.pop("triton.cudagraphs", False))
+    return patches, captures
 
 
 def neuron_backend(
@@ -161,11 +153,23 @@ def neuron_backend(
     register()
     options = dict(options or {})
     timer = metrics.GraphTimer(gm, options.get("model_name") or get_model_name())
-    patches = _config_patches(mode, options)
+    patches, captures = _config_patches(mode, options)
+    compile_kwargs: dict[str, Any] = {}
+    cache_patch = contextlib.nullcontext()
+    if captures:
+        from .captured_call import capturing_inner_compile
+
+        compile_kwargs["inner_compile"] = capturing_inner_compile
+        # A graph from AOTAutograd's cache skips inner_compile: the capture
+        # would be lost on a warm start (Inductor's FX graph cache still serves).
+        cache_patch = torch._functorch.config.patch(enable_autograd_cache=False)
     try:
-        compiled = _with_cpu_autocopy(
-            gm, example_inputs, lambda inputs: compile_fx(gm, inputs, config_patches=patches)
-        )
+        with cache_patch:
+            compiled = _with_cpu_autocopy(
+                gm,
+                example_inputs,
+                lambda inputs: compile_fx(gm, inputs, config_patches=patches, **compile_kwargs),
+            )
     except Exception as e:
         if "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY" in str(e):
             raise

@@ -526,9 +526,12 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     if (validate) failure = std::make_shared<ValidationResult>();
     launch(device, traits.name.c_str(), [call, targets, failure] {
       runOnDeviceInto(failure, [&] {
-        call->op.callBoxed(call->args);
+        // On a copy of the arguments: the kernel replaces them with its
+        // results, and a captured item runs again at each graph replay.
+        torch::jit::Stack stack = call->args;
+        call->op.callBoxed(stack);
         for (auto& [i, target] : *targets) {
-          const IValue& result = call->args[i];
+          const IValue& result = stack[i];
           if (target.isTensor()) {
             if (target.toTensor().defined())
               target.toTensor().copy_(result.toTensor());

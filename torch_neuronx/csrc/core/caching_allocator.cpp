@@ -4,6 +4,7 @@
 #include <neuron_runtime/event.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <iterator>
@@ -50,6 +51,7 @@ struct Block {
   Block* next = nullptr;
   std::vector<c10::StreamId> stream_uses;  // other streams (record_stream)
   const char* op = nullptr;                // what allocated it (snapshots)
+  uint64_t graph = 0;  // the capture it was allocated in (0: none)
   std::shared_ptr<c10::GatheredContext> context;  // only while recording
 };
 
@@ -71,6 +73,10 @@ struct BlockOrder {
   }
 };
 
+// Graph pools open on any device: while none is, allocations skip the
+// capture check.
+std::atomic<int> g_open_graph_pools{0};
+
 struct DeferredFree {
   Block* block;
   std::vector<neuron_rt::Event> events;
@@ -87,6 +93,14 @@ class DeviceCache {
       op = currentAllocLabel();
       ctx = gatherAllocContext();  // without our lock
     }
+    // Memory allocated while the stream is capturing belongs to the graph
+    // (its replays write it): see retainForGraphLocked.
+    const uint64_t graph_id =
+        g_open_graph_pools.load(std::memory_order_acquire) > 0
+            ? runtimeDevice(device_)
+                  .stream(static_cast<int>(stream))
+                  .captureId()
+            : 0;
     std::unique_lock<std::mutex> lk(mu_);
     processDeferredLocked();
     size_t size = roundSize(nbytes);
@@ -140,6 +154,7 @@ class DeviceCache {
                              static_cast<int64_t>(rest) -
                                  (was_split ? static_cast<int64_t>(taken) : 0));
     block->allocated = true;
+    block->graph = graph_id;
     block->requested = nbytes;
     block->op = op;
     block->context = ctx;
@@ -161,6 +176,7 @@ class DeviceCache {
     if (recordingHistory()) ctx = gatherAllocContext();  // without our lock
     {
       std::lock_guard<std::mutex> g(mu_);
+      if (retainForGraphLocked(block)) return;
       recordLocked("free_requested", block->ptr, block->size, block->stream,
                    block->op, std::move(ctx));
       forEachStat(block->small, [&](int t) {
@@ -189,6 +205,34 @@ class DeviceCache {
     std::lock_guard<std::mutex> g(mu_);
     live_.erase(block->ptr);
     deferred_.push_back(std::move(d));
+  }
+
+  // A graph's pool: from the start of its capture until the graph is
+  // released, the blocks allocated during the capture are not reused when
+  // their tensors die (replays still write them); CUDA's private graph pool.
+  void openGraphPool(uint64_t graph) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (graph_pools_.emplace(graph, std::vector<Block*>()).second)
+      g_open_graph_pools.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // Frees what the graph kept; its blocks still in use are freed as usual
+  // when their tensors die. The caller has ordered the block's stream after
+  // the graph's last replay.
+  void releaseGraphPool(uint64_t graph) {
+    std::vector<Block*> kept;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = graph_pools_.find(graph);
+      if (it == graph_pools_.end()) return;
+      kept.swap(it->second);
+      graph_pools_.erase(it);
+      g_open_graph_pools.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    for (Block* b : kept) {
+      b->graph = 0;
+      free(b);
+    }
   }
 
   void recordStream(void* ptr, c10::StreamId stream) {
@@ -292,6 +336,18 @@ class DeviceCache {
 
   // Returns a block that no stream uses any more to its pool, merging it with
   // free neighbours.
+  // True if the block is kept for its graph (see openGraphPool).
+  bool retainForGraphLocked(Block* block) {
+    if (block->graph == 0) return false;
+    auto it = graph_pools_.find(block->graph);
+    if (it == graph_pools_.end()) {
+      block->graph = 0;
+      return false;
+    }
+    it->second.push_back(block);
+    return true;
+  }
+
   void releaseBlockLocked(Block* block) {
     auto& pool = block->small ? small_free_ : large_free_;
     block->allocated = false;
@@ -498,6 +554,7 @@ class DeviceCache {
   std::set<Block*, BlockOrder> large_free_;
   std::unordered_map<char*, Block*> live_;
   std::vector<DeferredFree> deferred_;
+  std::unordered_map<uint64_t, std::vector<Block*>> graph_pools_;
   DeviceStats stats_;
   uint64_t reserved_ = 0;
   // Per-process cap on reserved_ (set_per_process_memory_fraction).
@@ -566,6 +623,15 @@ void CachingAllocator::copy_data(void* dest, const void* src,
 
 bool CachingAllocator::initialized() {
   return neuron_rt::Runtime::initialized();
+}
+
+void CachingAllocator::openGraphPool(c10::DeviceIndex device, uint64_t graph) {
+  cacheFor(device).openGraphPool(graph);
+}
+
+void CachingAllocator::releaseGraphPool(c10::DeviceIndex device,
+                                        uint64_t graph) {
+  cacheFor(device).releaseGraphPool(graph);
 }
 
 void CachingAllocator::emptyCache(c10::MempoolId_t) {

@@ -72,6 +72,12 @@ class CachingAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override;
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
 
+  // The private pool of graph `graph` (torch.neuron.NeuronGraph): blocks
+  // allocated on a stream while it captures that graph stay the graph's
+  // until releaseGraphPool, even when their tensors die.
+  void openGraphPool(c10::DeviceIndex device, uint64_t graph);
+  void releaseGraphPool(c10::DeviceIndex device, uint64_t graph);
+
   // Allocates on `device` for use on its current stream.
   c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes);
 

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/device.h"
+#include "core/stream.h"
 
 namespace torch_neuronx {
 
@@ -124,6 +125,11 @@ at::Generator launchGenerator(const std::optional<at::Generator>& gen,
   TORCH_CHECK(g.device().type() == c10::DeviceType::PrivateUse1,
               "Expected a 'neuron' device type for generator but found '",
               g.device().type(), "'");
+  // A captured op would draw the same numbers at every replay.
+  TORCH_CHECK(!runtimeStream(currentStream(device)).capturing(),
+              "neuron graphs: random ops cannot be captured (their generator "
+              "state is taken when they are queued, so every replay would "
+              "draw the same numbers); run them outside the captured region");
   std::pair<uint64_t, uint64_t> so;
   {
     std::lock_guard<std::mutex> lock(g.mutex());

@@ -88,7 +88,7 @@ void enqueueOn(const c10::Stream& stream, const char* label, Work work,
   neuron_rt::Stream& s = runtimeStream(stream);
   releaseThreadComputePool();
   uint64_t seq = s.enqueue(label, std::move(work), kind);
-  if (launchBlocking()) {
+  if (launchBlocking() && !s.capturing()) {  // captured items do not run
     s.waitFor(seq);
     raisePendingError(stream.device_index());
   }

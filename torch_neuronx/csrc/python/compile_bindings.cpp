@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compile/program_launch.h"
+#include "core/graph.h"
 
 namespace py = pybind11;
 
@@ -71,6 +72,11 @@ void bindCompile(py::module_& m) {
             if (t.is_privateuseone()) {
               values.push_back({reinterpret_cast<int64_t>(t.data_ptr())});
             } else {
+              // A graph would replay the value captured now.
+              TORCH_CHECK(!currentStreamCapturing(p.device()),
+                          "neuron graphs: compiled kernel ", name,
+                          " reads a CPU tensor, whose value would be fixed "
+                          "at capture; move it to the device");
               // A host tensor (a CPU scalar such as an optimizer's step
               // count): the kernel runs later, and the host may change the
               // tensor meanwhile, so it reads the value it has now, as a

@@ -24,6 +24,7 @@ void bindHostMemory(py::module_& m);
 void bindMemory(py::module_& m);
 void bindDistributed(py::module_& m);
 void bindCompile(py::module_& m);
+void bindGraphs(py::module_& m);
 }  // namespace torch_neuronx
 
 namespace {
@@ -172,5 +173,6 @@ PYBIND11_MODULE(_C, m) {
   bindHostMemory(m);
   bindMemory(m);
   bindDistributed(m);
+  bindGraphs(m);
   bindCompile(m);
 }
