@@ -422,6 +422,56 @@ def test_programs_are_cached_across_processes(tmp_path):
     assert (tmp_path / "cache").is_dir()
 
 
+def test_cache_artifacts_carry_the_built_programs(tmp_path):
+    # A process that loads torch.compiler.save_cache_artifacts() from another one into
+    # an empty cache builds no kernel library (they travel as "neuron_neff" artifacts).
+    code = textwrap.dedent(
+        """
+        import sys, torch, torch_neuronx
+        import torch._inductor.cpp_builder as cpp_builder
+        built = []
+        build = cpp_builder.CppBuilder.build
+        def counting(self, *a, **k):
+            built.append(self.get_target_file_path())
+            return build(self, *a, **k)
+        cpp_builder.CppBuilder.build = counting
+        mode, path = sys.argv[1:]
+        if mode == "load":
+            info = torch.compiler.load_cache_artifacts(open(path, "rb").read())
+            print("LOADED", sorted(info.artifacts))
+        f = torch.compile(lambda x, y: (x * y + 1).sin().sum(0), backend="neuron")
+        x, y = torch.randn(8, 16), torch.randn(8, 16)
+        out = f(x.to("neuron"), y.to("neuron")).cpu()
+        assert torch.allclose(out, (x * y + 1).sin().sum(0), atol=1e-5)
+        if mode == "save":
+            data, info = torch.compiler.save_cache_artifacts()
+            open(path, "wb").write(data)
+        # The CPU's vector-ISA probe is built in every new cache, by design.
+        print("KERNELS_BUILT", sum("main.so" in b for b in built))
+        """
+    )
+    artifacts = tmp_path / "artifacts.bin"
+
+    def run(mode, cache):
+        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / cache)}
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        r = subprocess.run(
+            [sys.executable, "-c", code, mode, str(artifacts)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout
+
+    saved = run("save", "first")
+    assert "KERNELS_BUILT 0" not in saved, saved
+    loaded = run("load", "second")
+    assert "neuron_neff" in loaded and "inductor" in loaded, loaded
+    assert "KERNELS_BUILT 0" in loaded, loaded
+
+
 # ---- mode="reduce-overhead": compiled graphs captured once, then replayed
 
 

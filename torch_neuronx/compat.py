@@ -196,6 +196,21 @@ def install() -> None:
     _patch_default_process_group_backend()
     _on_import("torch._inductor.compile_fx", _register_with_inductor)
     _on_import("torch._dynamo.trace_rules", _dynamo_skips_runtime)
+    _on_import("torch.compiler._cache", _register_program_artifacts)
+    _on_import("torch._inductor.codecache", _record_loaded_programs)
+
+
+def _register_program_artifacts(cache_module: ModuleType) -> None:
+    # Before load_cache_artifacts() can meet one (compile/program_cache.py).
+    from .compile.program_cache import register_artifact_type
+
+    register_artifact_type(cache_module)
+
+
+def _record_loaded_programs(codecache: ModuleType) -> None:
+    from .compile.program_cache import record_loaded_libraries
+
+    record_loaded_libraries(codecache)
 
 
 def _dynamo_skips_runtime(trace_rules: ModuleType) -> None:
