@@ -553,3 +553,29 @@ def test_reduce_overhead_runs_an_uncapturable_graph_uncaptured_with_one_warning(
     for o in outs:
         assert set(o.unique().tolist()) <= {1.0, 3.0}
     assert not all(torch.equal(outs[0], o) for o in outs[1:])  # fresh masks
+
+
+def test_reduce_overhead_never_overwrites_activations_a_backward_still_needs(captured_calls):
+    # Gradient accumulation: two forwards before one backward. The first forward's
+    # activations (the capture's buffers) are still needed, so the second forward
+    # runs uncaptured (one warning) instead of overwriting them.
+    torch.manual_seed(0)
+    ref = mlp()
+    model = mlp().to(DEV)
+    model.load_state_dict(ref.state_dict())
+    step = torch.compile(
+        lambda x: model(x).square().mean(), backend="neuron", mode="reduce-overhead"
+    )
+    for _ in range(3):  # warm-up, capture, replay
+        step(torch.randn(8, 64, device=DEV)).backward()
+    model.zero_grad()
+    x1, x2 = torch.randn(8, 64), torch.randn(8, 64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (step(x1.to(DEV)) + step(x2.to(DEV))).backward()
+    assert any("still in use" in str(w.message) for w in caught)
+    (ref(x1).square().mean() + ref(x2).square().mean()).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
+    fwd = next(c for c in captured_calls() if c.name.endswith("forward"))
+    assert fwd.replays >= 2 and fwd.uncaptured_calls == 1

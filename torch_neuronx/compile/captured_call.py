@@ -10,8 +10,11 @@ idea on neuron, applied to each graph Inductor compiles (``inner_compile``):
   from then on a call is: copy the inputs whose address differs from the captured
   one, replay (one work item, no Python wrapper, no host work per op), copy the
   outputs out;
-- outputs are copies, so, unlike CUDA graph trees, a later replay never overwrites
-  a tensor the caller holds; inputs the graph mutates are copied back;
+- outputs are the graph's own buffers (no copy; a backward graph reads the forward's
+  activations in place), and a replay never overwrites one the caller still holds:
+  while any is alive (a tensor kept across steps, activations whose backward has
+  not run yet), calls run uncaptured, with one warning (CUDA graph trees raise
+  instead); inputs the graph mutates are copied back;
 - one capture per set of input shapes (dynamic shapes), up to ``MAX_CAPTURES``;
 - a graph that cannot be captured (random ops, CPU tensors read by its kernels,
   host waits) runs as it did before, after one warning naming the reason.
@@ -35,19 +38,74 @@ def _is_neuron_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == "neuron"
 
 
+def _storage_refs(t: torch.Tensor) -> int:
+    """How many tensors (TensorImpls) share ``t``'s storage."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+# The outputs of live captures, by address: a later capture whose input is one of
+# them (the backward reading the forward's activations) reads it in place, so that
+# its replays need no copy; the count is how many captures hold it so.
+_static_outputs: weakref.WeakValueDictionary[int, _Capture] = weakref.WeakValueDictionary()
+_held_as_input: dict[int, int] = {}
+
+
+def _release_inputs(ptrs: list[int]) -> None:
+    for p in ptrs:
+        n = _held_as_input.get(p, 0) - 1
+        if n > 0:
+            _held_as_input[p] = n
+        else:
+            _held_as_input.pop(p, None)
+
+
 class _Capture:
     """One captured call: its graph and the buffers it reads and writes."""
 
     def __init__(self, call: Callable, args: list, static_idxs: frozenset[int]) -> None:
-        self.inputs = [
-            a if (i in static_idxs or not _is_neuron_tensor(a)) else a.clone()
-            for i, a in enumerate(args)
-        ]
+        self.inputs = []
+        self.borrowed = []  # inputs that are another capture's outputs
+        held = []
+        for i, a in enumerate(args):
+            if _is_neuron_tensor(a) and a.data_ptr() in _static_outputs:
+                self.inputs.append(a.detach())  # read in place
+                self.borrowed.append(i)
+                held.append(a.data_ptr())
+            elif i in static_idxs or not _is_neuron_tensor(a):
+                self.inputs.append(a)  # parameters, buffers: their address stays
+            else:
+                self.inputs.append(a.clone())
+        for p in held:
+            _held_as_input[p] = _held_as_input.get(p, 0) + 1
+        weakref.finalize(self, _release_inputs, held)
         self.graph = NeuronGraph()
         with graph(self.graph):
             self.outputs = call(list(self.inputs))
+        self.baseline = []
+        for o in self.outputs:
+            if isinstance(o, torch.Tensor):
+                _static_outputs[o.data_ptr()] = self
+                self.baseline.append(_storage_refs(o))
+            else:
+                self.baseline.append(0)
 
-    def run(self, args: list, mutated: Sequence[int]) -> Any:
+    def in_use(self, copied_out: frozenset[int]) -> bool:
+        """Does anyone but the captures still hold an output of the last replay
+        (one not copied out)? Replaying would overwrite it."""
+        return any(
+            i not in copied_out
+            and isinstance(o, torch.Tensor)
+            and _storage_refs(o) > base + _held_as_input.get(o.data_ptr(), 0)
+            for i, (o, base) in enumerate(zip(self.outputs, self.baseline, strict=True))
+        )
+
+    def replayable_with(self, args: list) -> bool:
+        """A borrowed input must come from its capture: copying another tensor
+        into it would overwrite that capture's output, which a backward may
+        still need."""
+        return all(args[i].data_ptr() == self.inputs[i].data_ptr() for i in self.borrowed)
+
+    def run(self, args: list, mutated: Sequence[int], copied_out: frozenset[int]) -> Any:
         copied = []
         for i, (a, s) in enumerate(zip(args, self.inputs, strict=True)):
             if _is_neuron_tensor(a) and a.data_ptr() != s.data_ptr():
@@ -57,8 +115,12 @@ class _Capture:
         for i in mutated:
             if i in copied:
                 args[i].copy_(self.inputs[i])
+        # The user-visible outputs are copied out; the rest (activations for the
+        # backward, gradients) are aliases of the graph's buffers: while anyone
+        # holds one, the capture is in use and calls run uncaptured.
         return type(self.outputs)(
-            o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs
+            (o.clone() if i in copied_out else o.detach()) if isinstance(o, torch.Tensor) else o
+            for i, o in enumerate(self.outputs)
         )
 
 
@@ -73,15 +135,18 @@ class CapturedCall:
         name: str,
         static_idxs: Sequence[int],
         mutated_idxs: Sequence[int],
+        user_visible: Sequence[int],
     ) -> None:
         self.call = call
         self.name = name
         self.static_idxs = frozenset(static_idxs)
         self.mutated_idxs = tuple(mutated_idxs)
+        self.user_visible = frozenset(user_visible)  # outputs the caller sees: copied
         self.captures: dict[tuple, _Capture] = {}
         self.warmed_up: set[tuple] = set()
         self.disabled: str | None = None
         self.replays = 0  # calls that ran a captured graph
+        self.uncaptured_calls = 0  # calls run uncaptured: the capture was in use
         CapturedCall.instances.add(self)
 
     @staticmethod
@@ -100,6 +165,17 @@ class CapturedCall:
             return "it has no neuron tensor input"
         return None
 
+    def _note_in_use(self) -> None:
+        self.uncaptured_calls += 1
+        if self.uncaptured_calls == 1:
+            warnings.warn(
+                f"neuron: {self.name}: outputs of its last replay are still in use, so "
+                "this call runs uncaptured (a replay would overwrite them); with "
+                "mode='reduce-overhead', keep results as Python numbers (.item()) or "
+                "clones across steps",
+                stacklevel=3,
+            )
+
     def _disable(self, reason: str) -> None:
         self.disabled = reason
         warnings.warn(
@@ -116,8 +192,14 @@ class CapturedCall:
         key = self._key(args)
         captured = self.captures.get(key)
         if captured is not None:
+            if captured.in_use(self.user_visible):
+                self._note_in_use()
+                return self.call(args)
+            if not captured.replayable_with(args):
+                self.uncaptured_calls += 1
+                return self.call(args)
             self.replays += 1
-            return captured.run(args, self.mutated_idxs)
+            return captured.run(args, self.mutated_idxs, self.user_visible)
         if key not in self.warmed_up:
             self.warmed_up.add(key)
             return self.call(args)
@@ -134,7 +216,7 @@ class CapturedCall:
             return self.call(args)
         self.captures[key] = captured
         self.replays += 1
-        return captured.run(args, self.mutated_idxs)
+        return captured.run(args, self.mutated_idxs, self.user_visible)
 
 
 def capturing_inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
@@ -146,10 +228,20 @@ def capturing_inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     if call is None:
         return compiled
     phase = "backward" if kwargs.get("is_backward") else "forward"
+    from torch._inductor.utils import output_node
+
+    # Inductor marks which outputs the model returns (the rest: activations saved
+    # for the backward, gradients); with no marks, all of them.
+    outputs = output_node(gm)
+    n_out = len(outputs.args[0]) if isinstance(outputs.args[0], (tuple, list)) else 1
+    visible = outputs.meta.get("user_visible_output_idxs")
+    if visible is None or not kwargs.get("is_backward") and not visible:
+        visible = range(n_out)
     compiled.current_callable = CapturedCall(
         call,
         f"compiled graph {kwargs.get('graph_id')} {phase}",
         kwargs.get("static_input_idxs") or (),
         getattr(compiled, "mutated_input_idxs", ()) or (),
+        visible,
     )
     return compiled

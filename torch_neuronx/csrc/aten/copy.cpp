@@ -32,10 +32,25 @@ at::Tensor pinnedOperand(const at::Tensor& host, const c10::Stream& stream) {
   return view;
 }
 
-// Runs dst.copy_(src) on CPU aliases inside a work item.
-std::function<void()> copyItem(std::shared_ptr<AliasSet> keep, at::Tensor dst,
-                               at::Tensor src) {
-  return [keep, dst, src]() mutable { runOnDevice([&] { dst.copy_(src); }); };
+// Records a copy operand: a device tensor as its alias, a host tensor as is.
+void addOperand(AliasPlan& plan, const at::Tensor& t) {
+  if (isNeuron(t))
+    plan.add(t);
+  else
+    plan.keep(t);
+}
+
+// Runs dst.copy_(src) inside a work item, over CPU aliases of device memory.
+std::function<void()> copyItem(const at::Tensor& dst, const at::Tensor& src) {
+  auto plan = std::make_shared<AliasPlan>();
+  addOperand(*plan, dst);
+  addOperand(*plan, src);
+  return [plan] {
+    runOnDevice([&] {
+      AliasPlan::Built t = plan->build();
+      t[0].copy_(t[1]);
+    });
+  };
 }
 
 }  // namespace
@@ -50,14 +65,10 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
   if (!self.is_same(src)) at::assert_no_internal_overlap(self);
   TORCH_CHECK(src.device().is_cpu() || isNeuron(src),
               "copy_: unsupported source device ", src.device());
-  auto aliases = std::make_shared<AliasSet>();
-
   if (isNeuron(self) && isNeuron(src) &&
       self.device().index() == src.device().index()) {
     c10::DeviceIndex d = self.device().index();
-    launch(d, "aten::copy_",
-           copyItem(aliases, aliases->alias(self), aliases->alias(src)),
-           neuron_rt::ItemKind::kCopy);
+    launch(d, "aten::copy_", copyItem(self, src), neuron_rt::ItemKind::kCopy);
     return self;
   }
 
@@ -71,8 +82,7 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
     at::Tensor staged = src.is_pinned() && non_blocking
                             ? pinnedOperand(src, currentStream(d))
                             : src.clone(at::MemoryFormat::Preserve);
-    launch(d, "copy_host_to_device",
-           copyItem(aliases, aliases->alias(self), staged),
+    launch(d, "copy_host_to_device", copyItem(self, staged),
            neuron_rt::ItemKind::kCopy);
     return self;
   }
@@ -84,8 +94,7 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
     c10::DeviceIndex d = src.device().index();
     bool async = non_blocking && self.is_pinned();
     at::Tensor dst = async ? pinnedOperand(self, currentStream(d)) : self;
-    launch(d, "copy_device_to_host",
-           copyItem(aliases, dst, aliases->alias(src)),
+    launch(d, "copy_device_to_host", copyItem(dst, src),
            neuron_rt::ItemKind::kCopy);
     if (!async) synchronizeStream(currentStream(d));
     return self;
@@ -99,8 +108,7 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
   neuron_rt::Event ready;
   ready.record(runtimeStream(src_stream));
   ready.block(runtimeStream(dst_stream));
-  launchOn(dst_stream, "copy_device_to_device",
-           copyItem(aliases, aliases->alias(self), aliases->alias(src)),
+  launchOn(dst_stream, "copy_device_to_device", copyItem(self, src),
            neuron_rt::ItemKind::kCopy);
   neuron_rt::Event done;
   done.record(runtimeStream(dst_stream));
@@ -126,11 +134,11 @@ c10::Scalar localScalarDense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
   c10::DeviceIndex d = self.device().index();
-  auto aliases = std::make_shared<AliasSet>();
+  auto plan = std::make_shared<AliasPlan>();
+  plan->add(self);
   auto result = std::make_shared<c10::Scalar>();
-  at::Tensor a = aliases->alias(self);
-  launch(d, "aten::_local_scalar_dense", [aliases, a, result] {
-    runOnDevice([&] { *result = at::_local_scalar_dense(a); });
+  launch(d, "aten::_local_scalar_dense", [plan, result] {
+    runOnDevice([&] { *result = at::_local_scalar_dense(plan->build()[0]); });
   });
   synchronizeStream(currentStream(d));
   return *result;

@@ -4,9 +4,9 @@
 // An alias shares the device tensor's bytes (no copy) and has the same sizes,
 // strides and offset. Tensors that share a device storage get aliases that
 // share one CPU storage, so CPU kernels' overlap checks see the same aliasing
-// as on the device. Building an alias reads only metadata: it is done on the
-// host at launch time (so later metadata changes on the host, e.g. resize_,
-// cannot affect queued work), and the bytes are touched only by the item.
+// as on the device. An alias is described from metadata only, on the host at
+// launch time (so later metadata changes on the host, e.g. resize_, cannot
+// affect queued work); the bytes are touched only by the item.
 //
 // Aliases do not keep device memory alive: as on CUDA, a tensor freed while
 // work using it is queued returns its memory at once, and stream order makes
@@ -21,18 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "aten/tensor_mirror.h"
-
 namespace torch_neuronx {
-
-class AliasSet {
- public:
-  // Alias of a neuron tensor (undefined stays undefined).
-  at::Tensor alias(const at::Tensor& t);
-
- private:
-  StorageMap cpu_storages_;
-};
 
 // The aliases a work item will use, described on the host and built by the
 // item itself when it runs.
@@ -40,8 +29,11 @@ class AliasSet {
 // For the small ops of an eager program, building the aliases' TensorImpls
 // and StorageImpls on the host, and destroying them there once the item is
 // retired, was half of the host's cost per op. The host records a few words
-// per tensor (data pointer, geometry, dtype) — as of launch, like AliasSet —
-// and the device worker builds and drops the aliases.
+// per tensor (data pointer, geometry, dtype) as of launch, and the device
+// worker builds and drops the aliases — at every run of the item, so an item
+// captured in a graph builds them again at each replay. This is the one way
+// eager ops run CPU code over device memory (compiled programs' kernels take
+// the device addresses directly).
 class AliasPlan {
  public:
   using Built = c10::SmallVector<at::Tensor, 6>;

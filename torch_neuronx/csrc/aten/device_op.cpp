@@ -187,12 +187,43 @@ IValue cpuGenerator(const IValue& v, c10::DeviceIndex device) {
   return IValue(launchGenerator(gen, device));
 }
 
-// Arguments as the CPU kernel sees them, built on the host at launch.
+// A CPU kernel call over device memory. The host records the arguments at
+// launch: `args` holds them with each tensor standing for what `plan` builds
+// (an alias of a device tensor, or a host tensor kept as is), recorded in
+// mapTensors' order; the item builds the kernel's stack from them when it
+// runs (and again at each replay of a captured graph).
 struct CpuCall {
   c10::OperatorHandle op;
   torch::jit::Stack args;
-  AliasSet aliases;
+  AliasPlan plan;
   explicit CpuCall(const c10::OperatorHandle& o) : op(o) {}
+
+  // Records `v` (its tensors) for the item: returns `v`, its tensors to be
+  // replaced, in order, by substitute().
+  IValue record(const IValue& v) {
+    return mapTensors(v, [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined() || isNeuron(t))
+        plan.add(t);
+      else
+        plan.keep(t.clone());  // a CPU scalar: its value now
+      return t;
+    });
+  }
+  // `v` with its tensors replaced by built[next], built[next + 1], ...
+  static IValue substitute(const IValue& v, const AliasPlan::Built& built,
+                           size_t& next) {
+    return mapTensors(
+        v, [&](const at::Tensor&) -> at::Tensor { return built[next++]; });
+  }
+  // On the device worker: the kernel's stack (the aliases built, `next` then
+  // at the first tensor recorded after the arguments), called; the results.
+  torch::jit::Stack run(const AliasPlan::Built& built, size_t& next) const {
+    torch::jit::Stack stack;
+    stack.reserve(args.size());
+    for (const IValue& v : args) stack.push_back(substitute(v, built, next));
+    op.callBoxed(stack);
+    return stack;
+  }
 };
 
 void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
@@ -211,15 +242,11 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
       continue;
     }
     if (fresh_out_args && traits.arg_is_out[i] && v.isTensor()) {
-      call.args.push_back(
-          at::empty({0}, v.toTensor().options().device(c10::kCPU)));
+      call.args.push_back(call.record(
+          at::empty({0}, v.toTensor().options().device(c10::kCPU))));
       continue;
     }
-    IValue mapped = mapTensors(v, [&](const at::Tensor& t) -> at::Tensor {
-      if (!t.defined() || isNeuron(t)) return call.aliases.alias(t);
-      return t.clone();  // CPU scalar: snapshot its value now
-    });
-    call.args.push_back(mapDevice(mapped, c10::Device(c10::kCPU)));
+    call.args.push_back(mapDevice(call.record(v), c10::Device(c10::kCPU)));
   }
 }
 
@@ -282,19 +309,23 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   // error at a later sync — and the stream is not poisoned by it. Its
   // warnings are raised here too.
   auto result = std::make_shared<ValidationResult>();
-  launch(device, traits.name.c_str(), [call, result] {
-    runOnDeviceInto(result, [&] { call->op.callBoxed(call->args); });
+  auto returned = std::make_shared<torch::jit::Stack>();
+  launch(device, traits.name.c_str(), [call, result, returned] {
+    runOnDeviceInto(result, [&] {
+      size_t next = 0;
+      *returned = call->run(call->plan.build(), next);
+    });
   });
   synchronizeStream(currentStream(device));
   raiseAtCall(*result);
-  torch::jit::Stack& results = call->args;
+  torch::jit::Stack& results = *returned;
   const size_t nret = schema.returns().size();
   TORCH_INTERNAL_ASSERT(results.size() == nret);
 
-  // Device outputs for fresh CPU results, filled by a copy item.
-  auto copies =
-      std::make_shared<std::vector<std::pair<at::Tensor, at::Tensor>>>();
-  AliasSet out_aliases;
+  // Device outputs for fresh CPU results, filled by a copy item: the plan
+  // holds (device output, CPU result) pairs.
+  auto copies = std::make_shared<AliasPlan>();
+  size_t num_copies = 0;
   for (size_t i = 0; i < nret; ++i)
     forEachTensor(results[i], [&](const at::Tensor& r) {
       if (r.defined()) checkStridedResult(traits, r.layout());
@@ -310,7 +341,9 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
                            cpu_result.scalar_type(), device)
             : emptyContiguous(cpu_result.sizes(), cpu_result.scalar_type(),
                               device);
-    copies->emplace_back(out_aliases.alias(out), cpu_result);
+    copies->add(out);
+    copies->keep(cpu_result);
+    ++num_copies;
     return out;
   };
   std::vector<IValue> outs;
@@ -328,17 +361,20 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
             dst.unsafeGetTensorImpl()->set_sizes_and_strides(
                 cpu.sizes(), cpu.strides(), dst.storage_offset());
         }
-        copies->emplace_back(out_aliases.alias(dst), cpu);
+        copies->add(dst);
+        copies->keep(cpu);
+        ++num_copies;
       }
       outs.push_back(dst);
     } else {
       outs.push_back(mapTensors(r, place));
     }
   }
-  if (!copies->empty()) {
-    launch(device, "copy_results", [copies] {
+  if (num_copies > 0) {
+    launch(device, "copy_results", [copies, num_copies] {
       c10::InferenceMode guard;
-      for (auto& [dst, src] : *copies) dst.copy_(src);
+      AliasPlan::Built t = copies->build();
+      for (size_t i = 0; i < num_copies; ++i) t[2 * i].copy_(t[2 * i + 1]);
     });
   }
   torch::jit::drop(*stack, args.size());
@@ -517,20 +553,18 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
     // 3. One work item: the CPU kernel over aliases of the device memory.
     auto call = std::make_shared<CpuCall>(op);
     buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/false, traits);
+    // The fresh results' device tensors, recorded after the arguments.
     auto targets = std::make_shared<std::vector<std::pair<int, IValue>>>();
-    for (int i : fresh)
-      targets->emplace_back(i, mapTensors(outs[i], [&](const at::Tensor& t) {
-                              return call->aliases.alias(t);
-                            }));
+    for (int i : fresh) targets->emplace_back(i, call->record(outs[i]));
     FailureSlot failure;
     if (validate) failure = std::make_shared<ValidationResult>();
     launch(device, traits.name.c_str(), [call, targets, failure] {
       runOnDeviceInto(failure, [&] {
-        // On a copy of the arguments: the kernel replaces them with its
-        // results, and a captured item runs again at each graph replay.
-        torch::jit::Stack stack = call->args;
-        call->op.callBoxed(stack);
-        for (auto& [i, target] : *targets) {
+        const AliasPlan::Built built = call->plan.build();
+        size_t next = 0;
+        const torch::jit::Stack stack = call->run(built, next);
+        for (auto& [i, recorded] : *targets) {
+          const IValue target = CpuCall::substitute(recorded, built, next);
           const IValue& result = stack[i];
           if (target.isTensor()) {
             if (target.toTensor().defined())

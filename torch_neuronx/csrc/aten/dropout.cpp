@@ -32,18 +32,18 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
   const c10::DeviceIndex device = input.device().index();
   const double keep = 1.0 - p;
   at::Generator gen = launchGenerator(std::nullopt, device);
-  auto aliases = std::make_shared<AliasSet>();
-  at::Tensor in_a = aliases->alias(input);
-  at::Tensor out_a = aliases->alias(out);
-  at::Tensor mask_a = aliases->alias(mask);
-  launch(device, "aten::native_dropout",
-         [aliases, in_a, out_a, mask_a, gen, keep]() mutable {
-           runOnDevice([&] {
-             mask_a.bernoulli_(keep, gen);
-             at::mul_out(out_a, in_a, mask_a);
-             out_a.mul_(1.0 / keep);
-           });
-         });
+  auto plan = std::make_shared<AliasPlan>();
+  plan->add(input);
+  plan->add(out);
+  plan->add(mask);
+  launch(device, "aten::native_dropout", [plan, gen, keep]() mutable {
+    runOnDevice([&] {
+      AliasPlan::Built t = plan->build();  // input, out, mask
+      t[2].bernoulli_(keep, gen);
+      at::mul_out(t[1], t[0], t[2]);
+      t[1].mul_(1.0 / keep);
+    });
+  });
   return {out, mask};
 }
 

@@ -78,17 +78,17 @@ at::Tensor histcOp(const at::Tensor& self, int64_t bins, const at::Scalar& min,
   at::Tensor out = at::empty({bins}, self.options());
   if (self.numel() == 0) return out.zero_();
 
-  auto aliases = std::make_shared<AliasSet>();
-  at::Tensor in_a = aliases->alias(self);
-  at::Tensor out_a = aliases->alias(out);
-  launch(self.device().index(), "aten::histc",
-         [aliases, in_a, out_a, bins, lo, hi]() mutable {
-           runOnDevice([&] {
-             AT_DISPATCH_INTEGRAL_TYPES(in_a.scalar_type(), "histc", [&] {
-               countInto<scalar_t>(in_a, out_a, bins, lo, hi);
-             });
-           });
-         });
+  auto plan = std::make_shared<AliasPlan>();
+  plan->add(self);
+  plan->add(out);
+  launch(self.device().index(), "aten::histc", [plan, bins, lo, hi] {
+    runOnDevice([&] {
+      AliasPlan::Built t = plan->build();  // input, out
+      AT_DISPATCH_INTEGRAL_TYPES(t[0].scalar_type(), "histc", [&] {
+        countInto<scalar_t>(t[0], t[1], bins, lo, hi);
+      });
+    });
+  });
   return out;
 }
 

@@ -84,15 +84,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nativeLayerNorm(
   at::Tensor mean = at::empty(stat_shape, stat_opts);
   at::Tensor rstd = at::empty(stat_shape, stat_opts);
 
-  auto aliases = std::make_shared<AliasSet>();
-  launchKernel(device, kName,
-               [aliases, x = aliases->alias(x), g = aliases->alias(gamma),
-                b = aliases->alias(beta), y = aliases->alias(out),
-                m = aliases->alias(mean), r = aliases->alias(rstd), M = M,
-                N = N, eps]() mutable {
-                 at::native::LayerNormKernel(c10::kCPU, x, g, b, M, N, eps, &y,
-                                             &m, &r);
-               });
+  auto plan = std::make_shared<AliasPlan>();
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
+           &x, &gamma, &beta, &out, &mean, &rstd})
+    plan->add(*t);
+  launchKernel(device, kName, [plan, M = M, N = N, eps] {
+    AliasPlan::Built t = plan->build();  // x, gamma, beta, out, mean, rstd
+    at::native::LayerNormKernel(c10::kCPU, t[0], t[1], t[2], M, N, eps, &t[3],
+                                &t[4], &t[5]);
+  });
   return {out, mean, rstd};
 }
 
@@ -134,17 +134,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nativeLayerNormBackward(
   if (mask[2]) dbeta = param_grad(beta);
   if (M == 0) return {dx, dgamma, dbeta};
 
-  auto aliases = std::make_shared<AliasSet>();
-  launchKernel(
-      device, kName,
-      [aliases, dy = aliases->alias(grad_out.contiguous()),
-       x = aliases->alias(x), m = aliases->alias(mean.contiguous()),
-       r = aliases->alias(rstd.contiguous()), g = aliases->alias(gamma),
-       dx_a = aliases->alias(dx), dg = aliases->alias(dgamma),
-       db = aliases->alias(dbeta), M = M, N = N]() mutable {
-        at::native::LayerNormBackwardKernel(c10::kCPU, dy, x, m, r, g, M, N,
-                                            &dx_a, &dg, &db);
-      });
+  // The contiguous copies are queued before the kernel; stream order keeps
+  // their memory valid until it has run.
+  const at::Tensor dy = grad_out.contiguous(), m = mean.contiguous(),
+                   r = rstd.contiguous();
+  auto plan = std::make_shared<AliasPlan>();
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
+           &dy, &x, &m, &r, &gamma, &dx, &dgamma, &dbeta})
+    plan->add(*t);
+  launchKernel(device, kName, [plan, M = M, N = N] {
+    AliasPlan::Built t = plan->build();  // dy, x, mean, rstd, gamma, dx, ...
+    at::native::LayerNormBackwardKernel(c10::kCPU, t[0], t[1], t[2], t[3], t[4],
+                                        M, N, &t[5], &t[6], &t[7]);
+  });
   return {dx, dgamma, dbeta};
 }
 
