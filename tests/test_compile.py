@@ -44,6 +44,29 @@ def pointwise(x, y):
     return (x * y + 1).sin().sum(0)
 
 
+def test_control_flow_subgraphs_compile_into_the_program():
+    # torch.cond's branches and while_loop's body are subgraphs of the compiled graph:
+    # their kernels are queued in its program like the rest.
+    def branchy(x, p):
+        return torch.cond(p, lambda x: (x * 2).sin(), lambda x: (x + 1).cos(), (x,))
+
+    def loop(i, x):
+        return torch._higher_order_ops.while_loop(
+            lambda i, x: i < 5, lambda i, x: (i + 1, (x * 1.5).sin()), (i, x)
+        )
+
+    torch.neuron.reset_dynamo_metrics()
+    x = torch.randn(64)
+    f = torch.compile(branchy, backend="neuron", fullgraph=True)
+    for p in (True, False):
+        out = f(x.to(DEV), torch.tensor(p, device=DEV))
+        torch.testing.assert_close(out.cpu(), branchy(x, torch.tensor(p)))
+    i0 = torch.tensor(0)
+    out = torch.compile(loop, backend="neuron", fullgraph=True)(i0.to(DEV), x.to(DEV))
+    torch.testing.assert_close(out[1].cpu(), loop(i0, x)[1])
+    assert [m.fell_back for m in torch.neuron.get_dynamo_metrics()] == [False, False]
+
+
 def test_backend_is_listed():
     assert "neuron" in torch._dynamo.list_backends()
 

@@ -26,7 +26,7 @@ from torch._inductor.codegen.common import (
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
-from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.custom_graph_pass import CustomGraphModulePass
 from torch._inductor.virtualized import V
 
@@ -34,7 +34,7 @@ from torch._inductor.virtualized import V
 # another version are not reused: Inductor's FX graph cache key includes the
 # uuid of each device's registered custom pass (codecache.py,
 # FxGraphHashDetails), and this pass is registered for that alone.
-CODEGEN_VERSION = 1
+CODEGEN_VERSION = 2
 
 
 class NeuronCodegenVersion(CustomGraphModulePass):
@@ -107,22 +107,8 @@ def _program_name() -> str:
     return f"{name} {phase}".strip()
 
 
-class NeuronPythonWrapperCodegen(PythonWrapperCodegen):
-    """The Python wrapper of a graph on neuron: kernels queued, one program per call."""
-
-    @staticmethod
-    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
-        if is_subgraph:
-            return PythonWrapperCodegen.create(
-                is_subgraph, subgraph_name, parent_wrapper, partition_signatures
-            )
-        return NeuronPythonWrapperCodegen()
-
-    def write_header(self) -> None:
-        super().write_header()
-        self.imports.writeline(
-            "from torch_neuronx.compile.program import ProgramLaunch as _ProgramLaunch, as_program"
-        )
+class _NeuronKernelCalls:
+    """A wrapper's C++ kernel calls on neuron: queued in the call's program."""
 
     def _generate_kernel_call_helper(
         self, kernel_name, call_args, *, device=None, triton=True, **kw
@@ -134,6 +120,27 @@ class NeuronPythonWrapperCodegen(PythonWrapperCodegen):
             return
         return super()._generate_kernel_call_helper(
             kernel_name, call_args, device=device, triton=triton, **kw
+        )
+
+
+class NeuronSubgraphWrapperCodegen(_NeuronKernelCalls, SubgraphPythonWrapperCodegen):
+    """A subgraph's wrapper (torch.cond's branches, while_loop's body, ...): a
+    function in the graph's module, called inside its program."""
+
+
+class NeuronPythonWrapperCodegen(_NeuronKernelCalls, PythonWrapperCodegen):
+    """The Python wrapper of a graph on neuron: kernels queued, one program per call."""
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        if is_subgraph:
+            return NeuronSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+        return NeuronPythonWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.writeline(
+            "from torch_neuronx.compile.program import ProgramLaunch as _ProgramLaunch, as_program"
         )
 
     def generate_end(self, result) -> None:
