@@ -36,7 +36,13 @@ def run_ranks(
     procs = []
     files = []
     for rank in range(world):
-        e = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "TORCH_NEURONX_"))}
+        # Ranks start from a clean device configuration (and Inductor's default
+        # cache, unless the job names one).
+        e = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("NEURON_", "TORCH_NEURONX_")) and k != "TORCHINDUCTOR_CACHE_DIR"
+        }
         e.update(
             RANK=str(rank),
             LOCAL_RANK=str(rank),
