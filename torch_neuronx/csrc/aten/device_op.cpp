@@ -200,14 +200,21 @@ struct CpuCall {
 
   // Records `v` (its tensors) for the item: returns `v`, its tensors to be
   // replaced, in order, by substitute().
+  // Defined tensors leave a placeholder: `args` must not keep device memory
+  // alive (a tensor freed while its work is queued returns its memory at
+  // once, as on CUDA; stream order makes the reuse safe).
   IValue record(const IValue& v) {
     return mapTensors(v, [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || isNeuron(t))
         plan.add(t);
       else
         plan.keep(t.clone());  // a CPU scalar: its value now
-      return t;
+      return t.defined() ? placeholder() : t;
     });
+  }
+  static const at::Tensor& placeholder() {
+    static const at::Tensor p = at::empty({0});
+    return p;
   }
   // `v` with its tensors replaced by built[next], built[next + 1], ...
   static IValue substitute(const IValue& v, const AliasPlan::Built& built,
