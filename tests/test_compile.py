@@ -12,9 +12,8 @@ import warnings
 
 import pytest
 import torch
+from device_trace import trace_labels
 from torch._dynamo.utils import counters
-
-import torch_neuronx
 
 DEV = "neuron"
 
@@ -25,19 +24,6 @@ def _reset():
     counters.clear()
     yield
     torch._dynamo.reset()
-
-
-def trace_labels(fn):
-    """The labels of the work items `fn` queues (after a sync)."""
-    torch.neuron.synchronize()
-    torch_neuronx._C._trace_enable(True)
-    try:
-        torch_neuronx._C._trace_drain()
-        fn()
-        torch.neuron.synchronize()
-        return [r["label"] for r in torch_neuronx._C._trace_drain()]
-    finally:
-        torch_neuronx._C._trace_enable(False)
 
 
 def pointwise(x, y):

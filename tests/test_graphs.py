@@ -5,22 +5,9 @@ import gc
 
 import pytest
 import torch
-
-import torch_neuronx
+from device_trace import trace_labels
 
 DEV = "neuron"
-
-
-def trace_labels(fn):
-    torch.neuron.synchronize()
-    torch_neuronx._C._trace_enable(True)
-    try:
-        torch_neuronx._C._trace_drain()
-        fn()
-        torch.neuron.synchronize()
-        return [r["label"] for r in torch_neuronx._C._trace_drain()]
-    finally:
-        torch_neuronx._C._trace_enable(False)
 
 
 def block(x, w):

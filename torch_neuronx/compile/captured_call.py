@@ -38,11 +38,6 @@ def _is_neuron_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == "neuron"
 
 
-def _storage_refs(t: torch.Tensor) -> int:
-    """How many tensors (TensorImpls) share ``t``'s storage."""
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
-
-
 # The outputs of live captures, by address: a later capture whose input is one of
 # them (the backward reading the forward's activations) reads it in place, so that
 # its replays need no copy; the count is how many captures hold it so.
@@ -62,7 +57,13 @@ def _release_inputs(ptrs: list[int]) -> None:
 class _Capture:
     """One captured call: its graph and the buffers it reads and writes."""
 
-    def __init__(self, call: Callable, args: list, static_idxs: frozenset[int]) -> None:
+    def __init__(
+        self,
+        call: Callable,
+        args: list,
+        static_idxs: frozenset[int],
+        copied_out: frozenset[int],
+    ) -> None:
         self.inputs = []
         self.borrowed = []  # inputs that are another capture's outputs
         held = []
@@ -78,25 +79,30 @@ class _Capture:
         for p in held:
             _held_as_input[p] = _held_as_input.get(p, 0) + 1
         weakref.finalize(self, _release_inputs, held)
+        self.tensor_inputs: list | None = None  # (index, buffer, address), on first run
         self.graph = NeuronGraph()
         with graph(self.graph):
             self.outputs = call(list(self.inputs))
-        self.baseline = []
-        for o in self.outputs:
+        # The outputs returned as the graph's own buffers, watched for holders:
+        # (storage handle, address, references when only the capture holds it).
+        self.watched = []
+        for i, o in enumerate(self.outputs):
             if isinstance(o, torch.Tensor):
                 _static_outputs[o.data_ptr()] = self
-                self.baseline.append(_storage_refs(o))
-            else:
-                self.baseline.append(0)
+                if i not in copied_out:
+                    storage = o.untyped_storage()
+                    self.watched.append((storage, o.data_ptr(), 0))
+        self.watched = [
+            (st, ptr, torch._C._storage_Use_Count(st._cdata)) for st, ptr, _ in self.watched
+        ]
 
-    def in_use(self, copied_out: frozenset[int]) -> bool:
-        """Does anyone but the captures still hold an output of the last replay
-        (one not copied out)? Replaying would overwrite it."""
+    def in_use(self) -> bool:
+        """Does anyone but the captures still hold a buffer the graph returned
+        (an output not copied out)? Replaying would overwrite it."""
+        use_count = torch._C._storage_Use_Count
         return any(
-            i not in copied_out
-            and isinstance(o, torch.Tensor)
-            and _storage_refs(o) > base + _held_as_input.get(o.data_ptr(), 0)
-            for i, (o, base) in enumerate(zip(self.outputs, self.baseline, strict=True))
+            use_count(st._cdata) > base + _held_as_input.get(ptr, 0)
+            for st, ptr, base in self.watched
         )
 
     def replayable_with(self, args: list) -> bool:
@@ -106,15 +112,21 @@ class _Capture:
         return all(args[i].data_ptr() == self.inputs[i].data_ptr() for i in self.borrowed)
 
     def run(self, args: list, mutated: Sequence[int], copied_out: frozenset[int]) -> Any:
+        # Per call: kept to a few list walks (this is the host work left).
+        if self.tensor_inputs is None:
+            self.tensor_inputs = [
+                (i, s, s.data_ptr()) for i, s in enumerate(self.inputs) if _is_neuron_tensor(s)
+            ]
         copied = []
-        for i, (a, s) in enumerate(zip(args, self.inputs, strict=True)):
-            if _is_neuron_tensor(a) and a.data_ptr() != s.data_ptr():
-                s.copy_(a)
+        for i, s, ptr in self.tensor_inputs:
+            if args[i].data_ptr() != ptr:
+                s.copy_(args[i])
                 copied.append(i)
         self.graph.replay()
-        for i in mutated:
-            if i in copied:
-                args[i].copy_(self.inputs[i])
+        if copied:
+            for i in mutated:
+                if i in copied:
+                    args[i].copy_(self.inputs[i])
         # The user-visible outputs are copied out; the rest (activations for the
         # backward, gradients) are aliases of the graph's buffers: while anyone
         # holds one, the capture is in use and calls run uncaptured.
@@ -143,19 +155,21 @@ class CapturedCall:
         self.mutated_idxs = tuple(mutated_idxs)
         self.user_visible = frozenset(user_visible)  # outputs the caller sees: copied
         self.captures: dict[tuple, _Capture] = {}
+        self.key_idxs: list[int] | None = None
         self.warmed_up: set[tuple] = set()
         self.disabled: str | None = None
         self.replays = 0  # calls that ran a captured graph
         self.uncaptured_calls = 0  # calls run uncaptured: the capture was in use
         CapturedCall.instances.add(self)
 
-    @staticmethod
-    def _key(args: list) -> tuple:
+    def _key(self, args: list) -> tuple:
+        # Per call, so kept cheap: parameters and buffers (static inputs) keep
+        # their shapes, and devices are guarded by Dynamo already.
+        if self.key_idxs is None:
+            self.key_idxs = [i for i in range(len(args)) if i not in self.static_idxs]
         return tuple(
-            (tuple(a.shape), tuple(a.stride()), a.dtype, a.device)
-            if isinstance(a, torch.Tensor)
-            else a
-            for a in args
+            (a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
+            for a in (args[i] for i in self.key_idxs)
         )
 
     def _why_not(self, args: list) -> str | None:
@@ -192,7 +206,7 @@ class CapturedCall:
         key = self._key(args)
         captured = self.captures.get(key)
         if captured is not None:
-            if captured.in_use(self.user_visible):
+            if captured.in_use():
                 self._note_in_use()
                 return self.call(args)
             if not captured.replayable_with(args):
@@ -210,7 +224,7 @@ class CapturedCall:
             self._disable(reason)
             return self.call(args)
         try:
-            captured = _Capture(self.call, args, self.static_idxs)
+            captured = _Capture(self.call, args, self.static_idxs, self.user_visible)
         except Exception as e:  # noqa: BLE001 - any capture error: run uncaptured
             self._disable(str(e).splitlines()[0] if str(e) else type(e).__name__)
             return self.call(args)
@@ -235,7 +249,12 @@ def capturing_inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     outputs = output_node(gm)
     n_out = len(outputs.args[0]) if isinstance(outputs.args[0], (tuple, list)) else 1
     visible = outputs.meta.get("user_visible_output_idxs")
-    if visible is None or not kwargs.get("is_backward") and not visible:
+    if kwargs.get("is_backward"):
+        # Gradients stay in the graph's buffers: AccumulateGrad takes them as
+        # .grad, a compiled optimizer step then reads them in place, and
+        # zero_grad() (set_to_none) lets the next backward replay.
+        visible = ()
+    elif visible is None or not visible:
         visible = range(n_out)
     compiled.current_callable = CapturedCall(
         call,
