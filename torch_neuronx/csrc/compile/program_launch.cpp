@@ -4,9 +4,7 @@
 #include <ffi.h>
 
 #include <memory>
-#include <mutex>
 #include <stdexcept>
-#include <unordered_set>
 #include <utility>
 
 #include "core/stream.h"
@@ -37,13 +35,6 @@ void callKernel(void* address,
 }
 
 }  // namespace
-
-const char* internLabel(const std::string& s) {
-  static std::mutex mu;
-  static auto* labels = new std::unordered_set<std::string>();  // never freed
-  std::lock_guard<std::mutex> g(mu);
-  return labels->insert(s).first->c_str();
-}
 
 ProgramLaunch::ProgramLaunch(std::string name, c10::DeviceIndex device)
     : name_(std::move(name)), label_(internLabel(name_)), device_(device) {}

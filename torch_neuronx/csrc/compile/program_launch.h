@@ -52,8 +52,4 @@ class ProgramLaunch {
   uint64_t launches_ = 0;
 };
 
-// A work-item label for a name made at run time (labels must outlive the
-// process: the trace and pending errors keep them).
-const char* internLabel(const std::string& s);
-
 }  // namespace torch_neuronx

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
-#include <mutex>
 #include <string>
 
 #include "core/caching_allocator.h"
@@ -18,15 +16,6 @@ namespace torch_neuronx {
 namespace {
 
 std::atomic<uint64_t> g_next_id{1};
-
-// Work item labels must outlive the process (the trace keeps them).
-const char* internLabel(std::string s) {
-  static std::mutex mu;
-  static std::deque<std::string> labels;
-  std::lock_guard<std::mutex> g(mu);
-  labels.push_back(std::move(s));
-  return labels.back().c_str();
-}
 
 }  // namespace
 

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include "core/compute_pool.h"
 #include "core/device.h"
@@ -72,6 +74,13 @@ neuron_rt::Stream& runtimeStream(const c10::Stream& stream) {
   } catch (const neuron_rt::Error& e) {
     rethrowRuntimeError(e);
   }
+}
+
+const char* internLabel(const std::string& s) {
+  static std::mutex mu;
+  static auto* labels = new std::unordered_set<std::string>();  // never freed
+  std::lock_guard<std::mutex> g(mu);
+  return labels->insert(s).first->c_str();
 }
 
 bool launchBlocking() {

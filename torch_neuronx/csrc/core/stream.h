@@ -7,6 +7,7 @@
 #include <neuron_runtime/stream.h>
 
 #include <functional>
+#include <string>
 
 namespace torch_neuronx {
 
@@ -17,6 +18,10 @@ void setCurrentStream(const c10::Stream& stream);
 c10::Stream streamFromPool(c10::DeviceIndex device, bool high_priority);
 
 neuron_rt::Stream& runtimeStream(const c10::Stream& stream);
+
+// A work-item label for a name made at run time (labels must outlive the
+// process: the trace and pending errors keep them). One copy per name.
+const char* internLabel(const std::string& s);
 
 // NEURON_LAUNCH_BLOCKING=1: every launch waits for its item and raises its
 // error at the op.

@@ -13,6 +13,7 @@
 
 #include "compile/program_launch.h"
 #include "core/graph.h"
+#include "core/stream.h"
 
 namespace py = pybind11;
 
