@@ -12,6 +12,11 @@ compile first needs it.
 import os
 
 
+def env_flag(name: str) -> bool:
+    """A TORCH_NEURONX_* switch: on when set to anything but "" or "0"."""
+    return os.environ.get(name, "0") not in ("", "0")
+
+
 def use_cache_dir_from_env() -> None:
     """TORCH_NEURONX_NEFF_CACHE_DIR: where compiled programs are cached (Inductor's
     cache directory, unless TORCHINDUCTOR_CACHE_DIR names one). Applied at import:

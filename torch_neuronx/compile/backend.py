@@ -19,14 +19,13 @@ instead). CPU tensors a graph computes with on the CPU stay there, as in eager m
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from . import metrics
+from . import env_flag, metrics
 
 _NEURON_OPTIONS = ("model_name",)
 _model_name: str | None = None
@@ -55,14 +54,6 @@ def create_neuron_backend(**options: Any):
         return neuron_backend(gm, example_inputs, options=merged, **kwargs)
 
     return backend
-
-
-def _fallback_disabled() -> bool:
-    return os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0") not in ("", "0")
-
-
-def _autocopy_disabled() -> bool:
-    return os.environ.get("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "0") not in ("", "0")
 
 
 def _moved_to_neuron(node: torch.fx.Node) -> bool:
@@ -98,18 +89,20 @@ def _cpu_inputs_to_copy(
     return copy
 
 
-def _with_cpu_autocopy(gm, example_inputs, compile_graph):
-    """``compile_graph(example_inputs)``, with the CPU inputs the graph moves to
-    neuron copied there before each call (see the module docstring)."""
-    to_copy = _cpu_inputs_to_copy(gm, example_inputs)
-    if not to_copy:
-        return compile_graph(example_inputs)
-    if _autocopy_disabled():
+def _check_autocopy_allowed(to_copy: dict[int, torch.device]) -> None:
+    if to_copy and env_flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
         raise RuntimeError(
             f"Input tensor at index {min(to_copy)} is on cpu device, but the graph moves "
             "it to neuron: pass it on the device (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY "
             "is set, so CPU inputs are not copied)"
         )
+
+
+def _with_cpu_autocopy(to_copy: dict[int, torch.device], example_inputs, compile_graph):
+    """``compile_graph(example_inputs)``, with the CPU inputs in ``to_copy`` copied
+    to neuron before each call (see the module docstring)."""
+    if not to_copy:
+        return compile_graph(example_inputs)
     inputs = list(example_inputs)
     for i, device in to_copy.items():
         inputs[i] = inputs[i].to(device)
@@ -163,17 +156,17 @@ def neuron_backend(
         # A graph from AOTAutograd's cache skips inner_compile: the capture
         # would be lost on a warm start (Inductor's FX graph cache still serves).
         cache_patch = torch._functorch.config.patch(enable_autograd_cache=False)
+    to_copy = _cpu_inputs_to_copy(gm, example_inputs)
+    _check_autocopy_allowed(to_copy)  # the user's error: no eager fallback
     try:
         with cache_patch:
             compiled = _with_cpu_autocopy(
-                gm,
+                to_copy,
                 example_inputs,
                 lambda inputs: compile_fx(gm, inputs, config_patches=patches, **compile_kwargs),
             )
     except Exception as e:
-        if "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY" in str(e):
-            raise
-        if _fallback_disabled():
+        if env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"):
             raise NEFFCompilationError(
                 f"neuron: {timer.record.graph_name} could not be compiled: {e}"
             ) from e

@@ -85,16 +85,14 @@ class _Capture:
             self.outputs = call(list(self.inputs))
         # The outputs returned as the graph's own buffers, watched for holders:
         # (storage handle, address, references when only the capture holds it).
-        self.watched = []
+        # The counts are read once every handle is held (outputs may share one).
+        returned = []
         for i, o in enumerate(self.outputs):
             if isinstance(o, torch.Tensor):
                 _static_outputs[o.data_ptr()] = self
                 if i not in copied_out:
-                    storage = o.untyped_storage()
-                    self.watched.append((storage, o.data_ptr(), 0))
-        self.watched = [
-            (st, ptr, torch._C._storage_Use_Count(st._cdata)) for st, ptr, _ in self.watched
-        ]
+                    returned.append((o.untyped_storage(), o.data_ptr()))
+        self.watched = [(st, ptr, torch._C._storage_Use_Count(st._cdata)) for st, ptr in returned]
 
     def in_use(self) -> bool:
         """Does anyone but the captures still hold a buffer the graph returned

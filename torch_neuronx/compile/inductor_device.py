@@ -157,11 +157,11 @@ _registered = False
 def _apply_cache_settings() -> None:
     """TORCH_NEURONX_NEFF_DISABLE_CACHE: Inductor's caches (which hold the
     compiled programs) off. (The cache directory: ``compile.use_cache_dir_from_env``.)"""
-    import os
-
     from torch._inductor import config
 
-    if os.environ.get("TORCH_NEURONX_NEFF_DISABLE_CACHE", "0") not in ("", "0"):
+    from . import env_flag
+
+    if env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE"):
         config.force_disable_caches = True
 
 

@@ -71,8 +71,8 @@ class GraphTimer:
         with _lock:
             graph_id = next(_ids)
         compile_id = CompileContext.current_compile_id()
-        # TorchNeuron's form, "{model}_{id}_{kind}_{n}": kind is the Dynamo
-        # frame and n its graph (the part after a graph break).
+        # TorchNeuron's form "{model}_{frame}_graph_{n}": the Dynamo frame
+        # and which compile of it this is (a recompile, a graph break's rest).
         frame = compile_id.frame_id if compile_id is not None else graph_id
         attempt = compile_id.frame_compile_id if compile_id is not None else 0
         self.record = NeuronCompilationMetrics(
