@@ -2,17 +2,18 @@
 
 #include <exception>
 #include <stdexcept>
+#include <string>
 
 #include "neuron_runtime/status.h"
 
 namespace neuron_rt {
 
-void CapturedWork::run(const std::string& graph) const {
+void CapturedWork::run(const char* label) const {
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
     auto where = [&] {
       return std::string(s.label) + " (step " + std::to_string(i + 1) + " of " +
-             graph + "): ";
+             label + "): ";
     };
     try {
       if (s.task)

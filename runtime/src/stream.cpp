@@ -113,36 +113,13 @@ namespace {
 // The held items of a batch, run in order as one item.
 class BatchTask final : public Task {
  public:
-  BatchTask(const char* label, std::vector<Stream::Fn> fns,
-            std::vector<TaskPtr> tasks, std::vector<const char*> labels)
-      : label_(label),
-        fns_(std::move(fns)),
-        tasks_(std::move(tasks)),
-        labels_(std::move(labels)) {}
-  void run() override {
-    for (size_t i = 0; i < labels_.size(); ++i) {
-      try {
-        if (tasks_[i])
-          tasks_[i]->run();
-        else
-          fns_[i]();
-      } catch (const Error& e) {
-        throw Error(e.status(), std::string(labels_[i]) + " (step " +
-                                    std::to_string(i + 1) + " of " + label_ +
-                                    "): " + e.what());
-      } catch (const std::exception& e) {
-        throw std::runtime_error(std::string(labels_[i]) + " (step " +
-                                 std::to_string(i + 1) + " of " + label_ +
-                                 "): " + e.what());
-      }
-    }
-  }
+  explicit BatchTask(const char* label) : label_(label), work_(0) {}
+  CapturedWork& work() { return work_; }
+  void run() override { work_.run(label_); }
 
  private:
   const char* label_;
-  std::vector<Stream::Fn> fns_;
-  std::vector<TaskPtr> tasks_;
-  std::vector<const char*> labels_;
+  CapturedWork work_;
 };
 
 }  // namespace
@@ -169,20 +146,10 @@ void Stream::flushBatch() {
     held.swap(held_);
     label = batch_label_;
   }
-  std::vector<Fn> fns;
-  std::vector<TaskPtr> tasks;
-  std::vector<const char*> labels;
-  fns.reserve(held.size());
-  tasks.reserve(held.size());
-  labels.reserve(held.size());
-  for (Held& h : held) {
-    fns.push_back(std::move(h.fn));
-    tasks.push_back(std::move(h.task));
-    labels.push_back(h.label);
-  }
-  link(label, ItemKind::kCompute, nullptr,
-       std::make_unique<BatchTask>(label, std::move(fns), std::move(tasks),
-                                   std::move(labels)));
+  auto batch = std::make_unique<BatchTask>(label);
+  for (Held& h : held)
+    batch->work().add(h.label, std::move(h.fn), std::move(h.task));
+  link(label, ItemKind::kCompute, nullptr, std::move(batch));
 }
 
 uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
@@ -272,8 +239,7 @@ uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
       throwIfCapturing(label);  // an event record or wait
     std::lock_guard<std::mutex> g(capture_mu_);
     if (capture_) {
-      capture_->steps_.push_back(
-          CapturedWork::Step{label, std::move(fn), std::move(task)});
+      capture_->add(label, std::move(fn), std::move(task));
       return enqueued_.load(std::memory_order_acquire);
     }
   }

@@ -1,12 +1,12 @@
-// Work captured from a stream (Stream::beginCapture / endCapture), replayed
-// as one item as many times as wanted: the analogue of a CUDA graph. The
-// captured items are the very work items the host queued (a compiled
+// Work items kept to run together as one item: a batch (a compiled program's
+// steps, run once) or work captured from a stream (Stream::beginCapture /
+// endCapture), replayed as many times as wanted: the analogue of a CUDA
+// graph. The items are the very work items the host queued (a compiled
 // program, an eager op), kept instead of run and destroyed; replaying runs
 // them again in order, over the same device memory, with no host work.
 #pragma once
 #include <cstddef>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "neuron_runtime/stream.h"
@@ -25,16 +25,19 @@ class CapturedWork {
   CapturedWork(const CapturedWork&) = delete;
   CapturedWork& operator=(const CapturedWork&) = delete;
 
+  void add(const char* label, Stream::Fn fn, TaskPtr task) {
+    steps_.push_back(Step{label, std::move(fn), std::move(task)});
+  }
+
   uint64_t id() const { return id_; }
   size_t size() const { return steps_.size(); }
   const char* stepLabel(size_t i) const { return steps_.at(i).label; }
 
-  // Runs every step in order; a failing one ends the replay, and the error
-  // names the step and `graph` (as a batch's error does).
-  void run(const std::string& graph) const;
+  // Runs every step in order; a failing one ends the run, and the error
+  // names the step and `label` (the batch or graph): "step (3 of label)".
+  void run(const char* label) const;
 
  private:
-  friend class Stream;
   uint64_t id_;
   std::vector<Step> steps_;
 };
