@@ -1,0 +1,45 @@
+// The NeuronCore-v3 cost model: how long a tile program takes on the
+// engines.
+//
+// Each instruction costs cycles on its engine from its shape and dtype; the
+// engines run their own instruction streams in program order and overlap
+// each other, an instruction starting when its engine is free and the data
+// it reads (and the memory it overwrites) is ready. DMA transfers share the
+// core's slice of the HBM bandwidth and pay a fixed latency that overlaps
+// with other transfers (the DMA queues run in parallel).
+#pragma once
+
+#include "neuron_runtime/nki/program.h"
+
+namespace neuron_rt {
+namespace nki {
+
+struct CostParameters {
+  double tensor_ghz = 2.4;  // 128x128 systolic array
+  double vector_ghz = 0.96;
+  double scalar_ghz = 1.2;
+  double gpsimd_ghz = 1.2;
+  // HBM bandwidth per chip, shared by its 8 cores.
+  double hbm_bytes_per_ns = 2900.0 / 8.0;
+  double dma_latency_ns = 2000.0;
+  // Rows shorter than this move at the rate of a row this long (DMA
+  // descriptors are most efficient from 512 contiguous bytes).
+  int64_t dma_efficient_row_bytes = 512;
+  // Fixed cycles per instruction (issue, pipeline fill, semaphores).
+  double tensor_fixed_cycles = 64;
+  double vector_fixed_cycles = 64;
+  double scalar_fixed_cycles = 224;  // activation table access
+  double gpsimd_fixed_cycles = 64;
+};
+
+const CostParameters& defaultCostParameters();
+
+// Nanoseconds one instruction keeps its engine busy.
+double instructionCost(const Program& program, const Instruction& in,
+                       const CostParameters& p);
+
+Profile estimateCost(const Program& program,
+                     const CostParameters& p = defaultCostParameters());
+
+}  // namespace nki
+}  // namespace neuron_rt

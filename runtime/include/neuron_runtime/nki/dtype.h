@@ -1,0 +1,46 @@
+// Element types of NKI tiles and their conversions to and from the engines'
+// fp32 datapath. Narrowing rounds to nearest even, as the engines' output
+// converters do; fp8 saturates to the format's largest finite value.
+#pragma once
+
+#include <cstdint>
+
+namespace neuron_rt {
+namespace nki {
+
+enum class DType : uint8_t {
+  kF32 = 0,
+  kBF16 = 1,
+  kF16 = 2,
+  kF8E4M3 = 3,  // e4m3fn: max 448, no infinities
+  kF8E5M2 = 4,
+  kI32 = 5,
+  kU32 = 6,
+  kI16 = 7,
+  kU16 = 8,
+  kI8 = 9,
+  kU8 = 10,
+  kBool = 11,  // one byte, 0 or 1
+  kCount = 12,
+};
+
+int elementSize(DType t);
+const char* dtypeName(DType t);
+bool isFloat(DType t);
+
+float bf16ToFloat(uint16_t v);
+uint16_t floatToBf16(float f);
+float f16ToFloat(uint16_t v);
+uint16_t floatToF16(float f);
+float f8e4m3ToFloat(uint8_t v);
+uint8_t floatToF8e4m3(float f);
+float f8e5m2ToFloat(uint8_t v);
+uint8_t floatToF8e5m2(float f);
+
+// Reads n elements at base + k * stride (elements of t) into out as fp32.
+void loadRow(DType t, const void* base, int64_t stride, int64_t n, float* out);
+// Writes n fp32 values, converted to t, to base + k * stride.
+void storeRow(DType t, void* base, int64_t stride, int64_t n, const float* in);
+
+}  // namespace nki
+}  // namespace neuron_rt

@@ -1,0 +1,249 @@
+// A traced NKI kernel: the tile program the NeuronCore simulator checks,
+// times and runs.
+//
+// The Python front end runs a kernel once per (shapes, dtypes, grid,
+// constants) with every loop unrolled and every index concrete, and hands
+// the result over as flat records: buffers (kernel arguments in HBM, tiles
+// in SBUF/PSUM, HBM scratch) and instructions over affine access patterns of
+// those buffers. Building a Program checks it (the checks that need the whole
+// program: uninitialised reads, on-chip capacity of the live tiles), plans
+// the memory of its internal buffers (liveness-based reuse, as the compiler
+// allocates SBUF) and estimates its time on the engines (cost_model.h).
+// run() executes it over given HBM addresses (interpreter.h).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "neuron_runtime/nki/dtype.h"
+
+namespace neuron_rt {
+namespace nki {
+
+// One NeuronCore-v3.
+constexpr int64_t kPartitions = 128;
+constexpr int64_t kSbufBytesPerPartition = 192 * 1024;
+constexpr int64_t kPsumBanks = 8;
+constexpr int64_t kPsumBankBytes = 2 * 1024;
+constexpr int64_t kPsumBytesPerPartition = kPsumBanks * kPsumBankBytes;
+constexpr int kMaxDims = 5;
+
+enum class Space : uint8_t { kHbm = 0, kSbuf = 1, kPsum = 2 };
+
+struct Buffer {
+  Space space = Space::kHbm;
+  DType dtype = DType::kF32;
+  int64_t elements = 0;
+  // SBUF/PSUM: the partition count (first dimension) and the bytes each
+  // partition holds. HBM: 0.
+  int64_t partitions = 0;
+  int64_t bytes_per_partition = 0;
+  // >= 0: a kernel argument or result, the index of its address in run()'s
+  // table. -1: internal (tile or HBM scratch), placed by the memory plan.
+  int32_t external = -1;
+  bool initialized = false;  // arguments: their values are defined
+  int32_t loc = -1;          // where it was allocated (source location id)
+};
+
+// Elements buffer.offset + sum(index[d] * stride[d]) for index < size.
+// buffer == -1: no memory; an affine expression of the iteration indices
+// (iota values, affine_select predicates), offset + sum(index * stride).
+struct Access {
+  int32_t buffer = -1;
+  int32_t ndim = 0;
+  int64_t offset = 0;
+  int64_t size[kMaxDims] = {0, 0, 0, 0, 0};
+  int64_t stride[kMaxDims] = {0, 0, 0, 0, 0};
+
+  int64_t count() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= size[d];
+    return n;
+  }
+};
+
+enum class Engine : uint8_t {
+  kDma = 0,
+  kTensor = 1,
+  kVector = 2,
+  kScalar = 3,
+  kGpSimd = 4,
+};
+constexpr int kEngines = 5;
+const char* engineName(Engine e);
+
+enum class Op : uint8_t {
+  kCopy = 0,          // dst = src0 (DMA, tensor_copy, transposes by strides)
+  kTensorTensor = 1,  // dst = alu0(src0, src1)
+  kTensorScalar = 2,  // dst = alu1(alu0(src0, s0), s1); s: src1/src2 or imm
+  kActivation = 3,    // dst = act(src0 * scale + bias)
+  kReduce = 4,        // dst[keep] = alu0 over the trailing dims of src0
+  kMatmul = 5,        // dst[M,N] (+)= src0[K,M]^T src1[K,N]
+  kIota = 6,          // dst = src0 (an affine expression, buffer -1)
+  kMemset = 7,        // dst = imm0
+  kSelect = 8,        // dst = src0 != 0 ? src1 : src2
+  kAffineSelect = 9,  // dst = src2(affine) >= 0 ? src0 : imm0
+  kBnStats = 10,      // dst[P,6] = (count, mean, M2, 0, 0, 0) of src0[P,F]
+  kBnAggr = 11,       // dst[P,2] = (mean, var) of src0[P, 6k] stats
+  kScan = 12,         // dst[:, j] = alu1(alu0(dst[:, j-1], src0), src1)
+  kTranspose = 13,    // dst[F,P] = src0[P,F] (Tensor engine; dst in PSUM)
+};
+
+enum class Alu : uint8_t {
+  kBypass = 0,
+  kAdd,
+  kSubtract,
+  kMultiply,
+  kDivide,
+  kMax,
+  kMin,
+  kPow,
+  kMod,
+  kEqual,
+  kNotEqual,
+  kGreater,
+  kGreaterEqual,
+  kLess,
+  kLessEqual,
+  kLogicalAnd,
+  kLogicalOr,
+  kLogicalXor,
+  kBitwiseAnd,
+  kBitwiseOr,
+  kBitwiseXor,
+  kLeftShift,
+  kRightShift,
+  kAbsMax,
+  kCount,
+};
+
+enum class Act : uint8_t {
+  kIdentity = 0,
+  kExp,
+  kLog,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kGelu,
+  kGeluTanh,
+  kSilu,
+  kSqrt,
+  kRsqrt,
+  kReciprocal,
+  kSquare,
+  kAbs,
+  kNegative,
+  kSign,
+  kSin,
+  kCos,
+  kErf,
+  kSoftplus,
+  kMish,
+  kArctan,
+  kCeil,
+  kFloor,
+  kRound,
+  kTrunc,
+  kExp2,
+  kLog2,
+  kTan,
+  kGeluDx,
+  kSiluDx,
+  kCount,
+};
+
+// Instruction flags.
+constexpr uint32_t kFlagAccumulate = 1;   // matmul: add into dst (PSUM)
+constexpr uint32_t kFlagReverse0 = 2;     // tensor_scalar: s0 op x
+constexpr uint32_t kFlagReverse1 = 4;     // tensor_scalar: s1 op x
+constexpr uint32_t kFlagOperand0Imm = 8;  // tensor_scalar s0 / activation scale
+constexpr uint32_t kFlagOperand1Imm = 16;  // tensor_scalar s1 / activation bias
+constexpr uint32_t kFlagNegate = 32;       // reduce: negate the result
+
+struct Instruction {
+  Op op = Op::kCopy;
+  Engine engine = Engine::kVector;
+  Alu alu0 = Alu::kBypass;
+  Alu alu1 = Alu::kBypass;
+  Act act = Act::kIdentity;
+  uint32_t flags = 0;
+  int32_t loc = -1;  // source location id (the front end maps it to file:line)
+  int32_t keep = 0;  // reduce: leading dims of src0 kept in dst
+  Access dst;
+  Access src[3];
+  double imm[4] = {0, 0, 0, 0};
+};
+
+// Per-kernel estimate of the cost model.
+struct Profile {
+  double total_ns = 0;
+  double busy_ns[kEngines] = {0, 0, 0, 0, 0};
+  int64_t instructions[kEngines] = {0, 0, 0, 0, 0};
+  int64_t dma_bytes = 0;
+  int64_t matmul_flops = 0;
+  int64_t sbuf_high_water = 0;  // bytes per partition
+  int64_t psum_high_water = 0;  // bytes per partition
+};
+
+// A check the program failed: which instruction (or buffer) and why.
+class ProgramError : public std::runtime_error {
+ public:
+  ProgramError(int32_t loc, int64_t instruction, const std::string& what)
+      : std::runtime_error(what), loc_(loc), instruction_(instruction) {}
+  int32_t loc() const { return loc_; }
+  int64_t instruction() const { return instruction_; }
+
+ private:
+  int32_t loc_;
+  int64_t instruction_;
+};
+
+class Program {
+ public:
+  // Checks the program (throws ProgramError), plans its memory and
+  // estimates its cost. `externals`: number of HBM argument addresses run()
+  // takes.
+  Program(std::vector<Buffer> buffers, std::vector<Instruction> instructions,
+          int32_t externals);
+
+  // Executes over the external buffers' addresses (externals() of them),
+  // on the calling thread. Thread-safe: each call uses its own scratch.
+  void run(void* const* external_addresses) const;
+
+  const Profile& profile() const { return profile_; }
+  int32_t externals() const { return externals_; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  const std::vector<Instruction>& instructions() const { return instructions_; }
+  // Bytes of scratch memory (tiles, HBM scratch) one run uses.
+  int64_t scratchBytes() const { return scratch_bytes_; }
+
+ private:
+  void checkStructure() const;
+  void checkInitialisedReads() const;
+  void planMemory();
+
+  std::vector<Buffer> buffers_;
+  std::vector<Instruction> instructions_;
+  int32_t externals_;
+  std::vector<int64_t> scratch_offset_;  // per internal buffer, bytes
+  int64_t scratch_bytes_ = 0;
+  Profile profile_;
+
+  friend class Interpreter;
+};
+
+// Builds a Program from the front end's flat records (see program.cpp for
+// the layout): int64 words per buffer and per instruction, and four doubles
+// of immediates per instruction.
+Program buildProgram(const int64_t* buffer_words, int64_t num_buffers,
+                     const int64_t* instruction_words, const double* immediates,
+                     int64_t num_instructions, int32_t externals);
+constexpr int kBufferWords = 8;
+constexpr int kAccessWords = 3 + 2 * kMaxDims;
+constexpr int kInstructionHeaderWords = 8;
+constexpr int kInstructionWords = kInstructionHeaderWords + 4 * kAccessWords;
+
+}  // namespace nki
+}  // namespace neuron_rt

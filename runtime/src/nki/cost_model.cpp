@@ -1,0 +1,219 @@
+#include "neuron_runtime/nki/cost_model.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace neuron_rt {
+namespace nki {
+namespace {
+
+// A region of a buffer as a box: partitions [p0, p1] x free offsets [f0, f1]
+// (HBM buffers: one row). Dependencies between instructions are overlaps of
+// these boxes; tiles written column block by column block stay independent.
+struct Box {
+  int64_t p0, p1, f0, f1;
+  bool overlaps(const Box& o) const {
+    return p0 <= o.p1 && o.p0 <= p1 && f0 <= o.f1 && o.f0 <= f1;
+  }
+};
+
+Box boxOf(const Program& prog, const Access& a) {
+  const Buffer& buf = prog.buffers()[a.buffer];
+  const int64_t row = buf.partitions > 0 && buf.elements % buf.partitions == 0
+                          ? buf.elements / buf.partitions
+                          : buf.elements;
+  const int64_t r = std::max<int64_t>(row, 1);
+  Box b{a.offset / r, a.offset / r, a.offset % r, a.offset % r};
+  for (int d = 0; d < a.ndim; ++d) {
+    const int64_t span = a.stride[d] * (a.size[d] - 1);
+    if (a.stride[d] != 0 && a.stride[d] % r == 0) {
+      (span < 0 ? b.p0 : b.p1) += span / r;
+    } else {
+      (span < 0 ? b.f0 : b.f1) += span;
+    }
+  }
+  if (b.f0 < 0 || b.f1 >= r) {  // wraps across partitions: whole rows
+    b.f0 = 0;
+    b.f1 = r - 1;
+  }
+  return b;
+}
+
+struct Event {
+  Box box;
+  double at;
+};
+
+// Recent reads and writes of one buffer; old entries fold into one
+// conservative entry so the lists stay short.
+struct History {
+  std::vector<Event> writes, reads;
+};
+
+void record(std::vector<Event>& list, const Box& b, double at) {
+  constexpr size_t kMax = 24;
+  list.push_back({b, at});
+  if (list.size() > kMax) {
+    Event merged = list[0];
+    for (size_t k = 1; k < list.size() / 2; ++k) {
+      merged.box.p0 = std::min(merged.box.p0, list[k].box.p0);
+      merged.box.p1 = std::max(merged.box.p1, list[k].box.p1);
+      merged.box.f0 = std::min(merged.box.f0, list[k].box.f0);
+      merged.box.f1 = std::max(merged.box.f1, list[k].box.f1);
+      merged.at = std::max(merged.at, list[k].at);
+    }
+    list.erase(list.begin(), list.begin() + list.size() / 2);
+    list.insert(list.begin(), merged);
+  }
+}
+
+double readyAfter(const std::vector<Event>& list, const Box& b) {
+  double t = 0;
+  for (const Event& e : list)
+    if (e.at > t && e.box.overlaps(b)) t = e.at;
+  return t;
+}
+
+int64_t freeElements(const Access& a) {
+  // Elements per partition: everything but the leading (partition) dim.
+  int64_t n = 1;
+  for (int d = 1; d < a.ndim; ++d) n *= a.size[d];
+  return n;
+}
+
+int64_t dmaBytes(const Program& prog, const Access& a, int64_t& rows) {
+  if (a.buffer < 0) return 0;
+  const int es = elementSize(prog.buffers()[a.buffer].dtype);
+  const int64_t n = a.count();
+  if (n == 0) return 0;
+  // Contiguous rows: the innermost dims with unit-stride chaining.
+  int64_t run = 1, expect = 1;
+  for (int d = a.ndim - 1; d >= 0; --d) {
+    if (a.size[d] == 1) continue;
+    if (a.stride[d] != expect) break;
+    run *= a.size[d];
+    expect *= a.size[d];
+  }
+  rows = n / run;
+  return n * es;
+}
+
+}  // namespace
+
+const CostParameters& defaultCostParameters() {
+  static const CostParameters p;
+  return p;
+}
+
+double instructionCost(const Program& prog, const Instruction& in,
+                       const CostParameters& p) {
+  switch (in.engine) {
+    case Engine::kDma: {
+      int64_t rows_src = 1, rows_dst = 1;
+      const int64_t bytes = std::max(dmaBytes(prog, in.src[0], rows_src),
+                                     dmaBytes(prog, in.dst, rows_dst));
+      const int64_t rows = std::max<int64_t>({rows_src, rows_dst, 1});
+      const int64_t row_bytes = bytes / rows;
+      const double effective =
+          static_cast<double>(rows) *
+          static_cast<double>(std::max(row_bytes, p.dma_efficient_row_bytes));
+      return effective / p.hbm_bytes_per_ns;
+    }
+    case Engine::kTensor: {
+      double cycles;
+      if (in.op == Op::kMatmul) {
+        // One moving column enters the array per cycle; fp32 operands take
+        // four passes.
+        const DType t = prog.buffers()[in.src[1].buffer].dtype;
+        const double rate = t == DType::kF32 ? 4.0 : 1.0;
+        cycles = static_cast<double>(in.src[1].size[1]) * rate;
+      } else {
+        // Transpose: a matmul against the identity; the input's partitions
+        // are the moving columns.
+        const DType t = prog.buffers()[in.src[0].buffer].dtype;
+        const double rate = t == DType::kF32 ? 4.0 : 1.0;
+        cycles =
+            static_cast<double>(in.src[0].ndim > 0 ? in.src[0].size[0] : 1) *
+            rate;
+      }
+      return (cycles + p.tensor_fixed_cycles) / p.tensor_ghz;
+    }
+    case Engine::kVector:
+    case Engine::kScalar:
+    case Engine::kGpSimd: {
+      // One element per partition per cycle over the larger of input and
+      // output (a reduction streams its whole input).
+      const Access& widest = (in.op == Op::kReduce || in.op == Op::kBnStats ||
+                              in.op == Op::kBnAggr)
+                                 ? in.src[0]
+                                 : in.dst;
+      const double n =
+          static_cast<double>(std::max<int64_t>(freeElements(widest), 1));
+      if (in.engine == Engine::kVector)
+        return (n + p.vector_fixed_cycles) / p.vector_ghz;
+      if (in.engine == Engine::kScalar)
+        return (n + p.scalar_fixed_cycles) / p.scalar_ghz;
+      return (n + p.gpsimd_fixed_cycles) / p.gpsimd_ghz;
+    }
+  }
+  return 0;
+}
+
+Profile estimateCost(const Program& prog, const CostParameters& p) {
+  Profile out;
+  const auto& buffers = prog.buffers();
+  std::vector<History> history(buffers.size());
+  double engine_free[kEngines] = {0, 0, 0, 0, 0};
+  double end = 0;
+  for (const Instruction& in : prog.instructions()) {
+    const int e = static_cast<int>(in.engine);
+    const double cost = instructionCost(prog, in, p);
+    // Ready when what it reads was written, and what it overwrites was read
+    // and written by earlier instructions.
+    double ready = 0;
+    auto reads = [&](const Access& a) {
+      if (a.buffer < 0 || a.count() == 0) return;
+      ready =
+          std::max(ready, readyAfter(history[a.buffer].writes, boxOf(prog, a)));
+    };
+    for (int s = 0; s < 3; ++s) reads(in.src[s]);
+    Box dst_box{0, 0, 0, 0};
+    const bool has_dst = in.dst.buffer >= 0 && in.dst.count() > 0;
+    if (has_dst) {
+      dst_box = boxOf(prog, in.dst);
+      const History& h = history[in.dst.buffer];
+      ready = std::max(
+          {ready, readyAfter(h.writes, dst_box), readyAfter(h.reads, dst_box)});
+    }
+    const double start = std::max(engine_free[e], ready);
+    double finish;
+    if (in.engine == Engine::kDma) {
+      // The bandwidth is the shared resource; the latency overlaps.
+      engine_free[e] = start + cost;
+      finish = start + cost + p.dma_latency_ns;
+      int64_t rows = 1;
+      out.dma_bytes += std::max(dmaBytes(prog, in.src[0], rows),
+                                dmaBytes(prog, in.dst, rows));
+    } else {
+      finish = start + cost;
+      engine_free[e] = finish;
+    }
+    if (in.op == Op::kMatmul)
+      out.matmul_flops +=
+          2 * in.src[0].size[0] * in.src[0].size[1] * in.src[1].size[1];
+    out.busy_ns[e] += cost;
+    out.instructions[e] += 1;
+    end = std::max(end, finish);
+    for (int s = 0; s < 3; ++s) {
+      const Access& a = in.src[s];
+      if (a.buffer >= 0 && a.count() > 0)
+        record(history[a.buffer].reads, boxOf(prog, a), finish);
+    }
+    if (has_dst) record(history[in.dst.buffer].writes, dst_box, finish);
+  }
+  out.total_ns = end;
+  return out;
+}
+
+}  // namespace nki
+}  // namespace neuron_rt

@@ -1,0 +1,377 @@
+// Program::run: executes a checked tile program over device memory, one
+// instruction after the other, each on fp32 rows (the engines' datapath)
+// converted from and to the tiles' dtypes.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "neuron_runtime/nki/program.h"
+#include "neuron_runtime/nki/tile_math.h"
+
+namespace neuron_rt {
+namespace nki {
+
+class Interpreter {
+ public:
+  Interpreter(const Program& p, void* const* ext) : p_(p) {
+    const auto& bufs = p.buffers_;
+    // The tiles' memory: kept per thread across runs (a stream's worker
+    // runs kernel after kernel), never cleared (no read precedes a write).
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < static_cast<size_t>(p.scratch_bytes_) + 64)
+      scratch.resize(static_cast<size_t>(p.scratch_bytes_) + 64);
+    char* const scratch_base = scratch.data();
+    base_.resize(bufs.size(), nullptr);
+    for (size_t b = 0; b < bufs.size(); ++b) {
+      if (bufs[b].external >= 0) {
+        base_[b] = static_cast<char*>(ext[bufs[b].external]);
+      } else if (p.scratch_offset_[b] >= 0) {
+        base_[b] = scratch_base + p.scratch_offset_[b];
+      }
+    }
+  }
+
+  void run() {
+    for (const Instruction& in : p_.instructions_) step(in);
+  }
+
+ private:
+  struct Row {
+    char* ptr;
+    int64_t stride;
+    DType dtype;
+  };
+
+  DType dtypeOf(const Access& a) const { return p_.buffers_[a.buffer].dtype; }
+  char* address(const Access& a, int64_t off) const {
+    return base_[a.buffer] + off * elementSize(dtypeOf(a));
+  }
+
+  float* buf(int k, int64_t n) {
+    auto& v = rows_[k];
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    return v.data();
+  }
+
+  // Calls f(offsets[], n) for each innermost row of `shape`, with the row's
+  // offset in each of the `count` accesses (which all have its shape).
+  template <typename F>
+  static void rows(const Access& shape, const Access* const* acc, int count,
+                   F f) {
+    const int nd = shape.ndim;
+    for (int d = 0; d < nd; ++d)
+      if (shape.size[d] <= 0) return;
+    int64_t off[4];
+    if (nd == 0) {
+      for (int k = 0; k < count; ++k) off[k] = acc[k]->offset;
+      f(off, int64_t{1}, true);
+      return;
+    }
+    int64_t idx[kMaxDims] = {0, 0, 0, 0, 0};
+    const int last = nd - 1;
+    while (true) {
+      for (int k = 0; k < count; ++k) {
+        int64_t o = acc[k]->offset;
+        for (int d = 0; d < last; ++d) o += idx[d] * acc[k]->stride[d];
+        off[k] = o;
+      }
+      f(off, shape.size[last], false);
+      int d = last - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < shape.size[d]) break;
+        idx[d] = 0;
+      }
+      if (d < 0) return;
+    }
+  }
+
+  static int64_t innerStride(const Access& a) {
+    return a.ndim ? a.stride[a.ndim - 1] : 1;
+  }
+
+  void load(const Access& a, int64_t off, int64_t n, float* out) const {
+    loadRow(dtypeOf(a), address(a, off), innerStride(a), n, out);
+  }
+  void store(const Access& a, int64_t off, int64_t n, const float* in) const {
+    storeRow(dtypeOf(a), address(a, off), innerStride(a), n, in);
+  }
+
+  void step(const Instruction& in) {
+    switch (in.op) {
+      case Op::kCopy:
+        return copy(in.dst, in.src[0]);
+      case Op::kTranspose: {
+        Access t = in.src[0];
+        std::swap(t.size[0], t.size[1]);
+        std::swap(t.stride[0], t.stride[1]);
+        return copy(in.dst, t);
+      }
+      case Op::kMatmul:
+        return matmul(in);
+      case Op::kReduce:
+        return reduce(in);
+      case Op::kBnStats:
+        return bnStats(in);
+      case Op::kBnAggr:
+        return bnAggr(in);
+      case Op::kScan:
+        return scan(in);
+      default:
+        return elementwise(in);
+    }
+  }
+
+  void copy(const Access& dst, const Access& src) {
+    const Access* acc[2] = {&dst, &src};
+    const DType dt = dtypeOf(dst), st = dtypeOf(src);
+    const int es = elementSize(dt);
+    rows(dst, acc, 2, [&](const int64_t* off, int64_t n, bool) {
+      if (dt == st && innerStride(dst) == 1 && innerStride(src) == 1) {
+        std::memmove(address(dst, off[0]), address(src, off[1]), n * es);
+        return;
+      }
+      float* r = buf(0, n);
+      load(src, off[1], n, r);
+      store(dst, off[0], n, r);
+    });
+  }
+
+  // Vector/Scalar/GpSimd instructions over operands of the destination's
+  // shape.
+  void elementwise(const Instruction& in) {
+    const Access& dst = in.dst;
+    const Access* acc[4] = {&dst, &in.src[0], &in.src[1], &in.src[2]};
+    const Access& a0 = in.src[0];
+    rows(dst, acc, 4, [&](const int64_t* off, int64_t n, bool) {
+      float* out = buf(0, n);
+      float* x = buf(1, n);
+      float* y = buf(2, n);
+      float* z = buf(3, n);
+      auto operand = [&](int s, float* into, bool imm, double value) {
+        if (imm) {
+          std::fill(into, into + n, static_cast<float>(value));
+        } else {
+          load(in.src[s], off[s + 1], n, into);
+        }
+      };
+      switch (in.op) {
+        case Op::kTensorTensor:
+          load(in.src[0], off[1], n, x);
+          load(in.src[1], off[2], n, y);
+          applyAlu(in.alu0, x, y, out, n);
+          break;
+        case Op::kTensorScalar: {
+          load(in.src[0], off[1], n, x);
+          operand(1, y, in.flags & kFlagOperand0Imm, in.imm[0]);
+          if (in.flags & kFlagReverse0) {
+            applyAlu(in.alu0, y, x, out, n);
+          } else {
+            applyAlu(in.alu0, x, y, out, n);
+          }
+          if (in.alu1 != Alu::kBypass) {
+            operand(2, z, in.flags & kFlagOperand1Imm, in.imm[1]);
+            if (in.flags & kFlagReverse1) {
+              applyAlu(in.alu1, z, out, out, n);
+            } else {
+              applyAlu(in.alu1, out, z, out, n);
+            }
+          }
+          break;
+        }
+        case Op::kActivation: {
+          load(in.src[0], off[1], n, x);
+          operand(1, y, in.flags & kFlagOperand0Imm, in.imm[0]);
+          operand(2, z, in.flags & kFlagOperand1Imm, in.imm[1]);
+          for (int64_t k = 0; k < n; ++k) x[k] = x[k] * y[k] + z[k];
+          applyActivation(in.act, x, out, n);
+          break;
+        }
+        case Op::kIota: {
+          // The affine expression's value at this row.
+          // off[1] is offset + sum(idx * stride) over the outer dims.
+          const int64_t base = off[1];
+          const int64_t st = innerStride(a0);
+          for (int64_t k = 0; k < n; ++k)
+            out[k] = static_cast<float>(base + k * st);
+          break;
+        }
+        case Op::kMemset:
+          std::fill(out, out + n, static_cast<float>(in.imm[0]));
+          break;
+        case Op::kSelect:
+          load(in.src[0], off[1], n, x);
+          load(in.src[1], off[2], n, y);
+          load(in.src[2], off[3], n, z);
+          for (int64_t k = 0; k < n; ++k) out[k] = x[k] != 0 ? y[k] : z[k];
+          break;
+        case Op::kAffineSelect: {
+          load(in.src[0], off[1], n, x);
+          const int64_t base = off[3];
+          const int64_t st = innerStride(in.src[2]);
+          const float other = static_cast<float>(in.imm[0]);
+          for (int64_t k = 0; k < n; ++k)
+            out[k] = base + k * st >= 0 ? x[k] : other;
+          break;
+        }
+        default:
+          return;
+      }
+      store(dst, off[0], n, out);
+    });
+  }
+
+  void matmul(const Instruction& in) {
+    const Access &st = in.src[0], &mv = in.src[1], &dst = in.dst;
+    const int64_t K = st.size[0], M = st.size[1], N = mv.size[1];
+    float* s = buf(0, K * M);
+    float* v = buf(1, K * N);
+    float* c = buf(2, M * N);
+    for (int64_t k = 0; k < K; ++k) {
+      loadRow(dtypeOf(st), address(st, st.offset + k * st.stride[0]),
+              st.stride[1], M, s + k * M);
+      loadRow(dtypeOf(mv), address(mv, mv.offset + k * mv.stride[0]),
+              mv.stride[1], N, v + k * N);
+    }
+    matmulKernel(s, v, c, K, M, N);
+    const bool acc = in.flags & kFlagAccumulate;
+    float* old = buf(3, N);
+    for (int64_t m = 0; m < M; ++m) {
+      float* row = c + m * N;
+      char* p = address(dst, dst.offset + m * dst.stride[0]);
+      if (acc) {
+        loadRow(dtypeOf(dst), p, dst.stride[1], N, old);
+        for (int64_t n = 0; n < N; ++n) row[n] += old[n];
+      }
+      storeRow(dtypeOf(dst), p, dst.stride[1], N, row);
+    }
+  }
+
+  void reduce(const Instruction& in) {
+    const Access &src = in.src[0], &dst = in.dst;
+    const int keep = in.keep;
+    // The kept part of the source is iterated like the destination; the
+    // reduced part is a sub-access walked row by row.
+    Access outer = src, inner = src;
+    outer.ndim = keep;
+    inner.ndim = src.ndim - keep;
+    for (int d = 0; d < inner.ndim; ++d) {
+      inner.size[d] = src.size[keep + d];
+      inner.stride[d] = src.stride[keep + d];
+    }
+    const bool negate = in.flags & kFlagNegate;
+    auto reduceAt = [&](int64_t src_off) {
+      float r = reductionIdentity(in.alu0);
+      Access sub = inner;
+      sub.offset = src_off;
+      if (sub.ndim == 0) {
+        float x;
+        loadRow(dtypeOf(src), address(src, src_off), 1, 1, &x);
+        return aluScalar(in.alu0, r, x);
+      }
+      const Access* one[1] = {&sub};
+      rows(sub, one, 1, [&](const int64_t* off, int64_t n, bool) {
+        float* x = buf(1, n);
+        loadRow(dtypeOf(src), address(src, off[0]), innerStride(sub), n, x);
+        r = reduceAlu(in.alu0, r, x, n);
+      });
+      return r;
+    };
+    // Walk destination elements: treat both as rows of their last kept dim.
+    if (keep == 0) {
+      float r = reduceAt(src.offset);
+      if (negate) r = -r;
+      storeRow(dtypeOf(dst), address(dst, dst.offset), 1, 1, &r);
+      return;
+    }
+    // One destination element at a time, walking the destination's rows.
+    const Access* pair[2] = {&dst, &outer};
+    rows(dst, pair, 2, [&](const int64_t* off, int64_t n, bool) {
+      float* out = buf(0, n);
+      const int64_t sst = outer.stride[keep - 1];
+      for (int64_t k = 0; k < n; ++k) {
+        const float r = reduceAt(off[1] + k * sst);
+        out[k] = negate ? -r : r;
+      }
+      store(dst, off[0], n, out);
+    });
+  }
+
+  void bnStats(const Instruction& in) {
+    const Access &src = in.src[0], &dst = in.dst;
+    const int64_t P = src.size[0], F = src.size[1];
+    float* x = buf(1, F);
+    float stats[6];
+    for (int64_t p = 0; p < P; ++p) {
+      loadRow(dtypeOf(src), address(src, src.offset + p * src.stride[0]),
+              src.stride[1], F, x);
+      double mean = 0;
+      for (int64_t k = 0; k < F; ++k) mean += x[k];
+      mean /= static_cast<double>(F);
+      double m2 = 0;
+      for (int64_t k = 0; k < F; ++k) m2 += (x[k] - mean) * (x[k] - mean);
+      stats[0] = static_cast<float>(F);
+      stats[1] = static_cast<float>(mean);
+      stats[2] = static_cast<float>(m2);
+      stats[3] = stats[4] = stats[5] = 0;
+      storeRow(dtypeOf(dst), address(dst, dst.offset + p * dst.stride[0]),
+               dst.stride[1], 6, stats);
+    }
+  }
+
+  // Chan's parallel combination of (count, mean, M2) groups.
+  void bnAggr(const Instruction& in) {
+    const Access &src = in.src[0], &dst = in.dst;
+    const int64_t P = src.size[0], W = src.size[1];
+    float* x = buf(1, W);
+    for (int64_t p = 0; p < P; ++p) {
+      loadRow(dtypeOf(src), address(src, src.offset + p * src.stride[0]),
+              src.stride[1], W, x);
+      double n = 0, mean = 0, m2 = 0;
+      for (int64_t g = 0; g < W / 6; ++g) {
+        const double nb = x[g * 6], mb = x[g * 6 + 1], m2b = x[g * 6 + 2];
+        if (nb <= 0) continue;
+        const double tot = n + nb;
+        const double delta = mb - mean;
+        mean += delta * nb / tot;
+        m2 += m2b + delta * delta * n * nb / tot;
+        n = tot;
+      }
+      float out[2] = {static_cast<float>(mean),
+                      static_cast<float>(n > 0 ? m2 / n : 0.0)};
+      storeRow(dtypeOf(dst), address(dst, dst.offset + p * dst.stride[0]),
+               dst.stride[1], 2, out);
+    }
+  }
+
+  void scan(const Instruction& in) {
+    const Access &a = in.src[0], &b = in.src[1], &dst = in.dst;
+    const int64_t P = dst.size[0], F = dst.size[1];
+    float* x = buf(1, F);
+    float* y = buf(2, F);
+    float* out = buf(0, F);
+    for (int64_t p = 0; p < P; ++p) {
+      loadRow(dtypeOf(a), address(a, a.offset + p * a.stride[0]), a.stride[1],
+              F, x);
+      loadRow(dtypeOf(b), address(b, b.offset + p * b.stride[0]), b.stride[1],
+              F, y);
+      float prev = static_cast<float>(in.imm[0]);
+      for (int64_t k = 0; k < F; ++k) {
+        prev = aluScalar(in.alu1, aluScalar(in.alu0, prev, x[k]), y[k]);
+        out[k] = prev;
+      }
+      storeRow(dtypeOf(dst), address(dst, dst.offset + p * dst.stride[0]),
+               dst.stride[1], F, out);
+    }
+  }
+
+  const Program& p_;
+  std::vector<char*> base_;
+  std::vector<float> rows_[4];
+};
+
+void Program::run(void* const* external_addresses) const {
+  Interpreter(*this, external_addresses).run();
+}
+
+}  // namespace nki
+}  // namespace neuron_rt

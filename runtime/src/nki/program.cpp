@@ -1,0 +1,474 @@
+#include "neuron_runtime/nki/program.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "neuron_runtime/nki/cost_model.h"
+
+namespace neuron_rt {
+namespace nki {
+namespace {
+
+// Messages name buffers as "{buffer:K}"; the front end replaces the token by
+// the buffer's name and where it was allocated.
+std::string bufferToken(int32_t b) {
+  return "{buffer:" + std::to_string(b) + "}";
+}
+
+const char* opName(Op op) {
+  static const char* names[] = {"copy",
+                                "tensor_tensor",
+                                "tensor_scalar",
+                                "activation",
+                                "tensor_reduce",
+                                "nc_matmul",
+                                "iota",
+                                "memset",
+                                "select",
+                                "affine_select",
+                                "bn_stats",
+                                "bn_aggr",
+                                "tensor_tensor_scan",
+                                "nc_transpose"};
+  const int k = static_cast<int>(op);
+  return k <= static_cast<int>(Op::kTranspose) ? names[k] : "?";
+}
+
+// Which source operands an instruction reads from memory or evaluates.
+struct Operands {
+  bool src[3] = {false, false, false};
+  bool reads_dst = false;
+};
+
+Operands operandsOf(const Instruction& in) {
+  Operands o;
+  switch (in.op) {
+    case Op::kCopy:
+    case Op::kReduce:
+    case Op::kBnStats:
+    case Op::kBnAggr:
+    case Op::kTranspose:
+    case Op::kIota:
+      o.src[0] = true;
+      break;
+    case Op::kTensorTensor:
+    case Op::kMatmul:
+      o.src[0] = o.src[1] = true;
+      o.reads_dst = in.op == Op::kMatmul && (in.flags & kFlagAccumulate);
+      break;
+    case Op::kTensorScalar:
+    case Op::kActivation:
+      o.src[0] = true;
+      o.src[1] = !(in.flags & kFlagOperand0Imm);
+      o.src[2] = !(in.flags & kFlagOperand1Imm);
+      break;
+    case Op::kMemset:
+      break;
+    case Op::kSelect:
+      o.src[0] = o.src[1] = o.src[2] = true;
+      break;
+    case Op::kAffineSelect:
+      o.src[0] = o.src[2] = true;
+      break;
+    case Op::kScan:
+      o.src[0] = o.src[1] = true;
+      break;
+  }
+  return o;
+}
+
+bool sameShape(const Access& a, const Access& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.size[d] != b.size[d]) return false;
+  return true;
+}
+
+std::string shapeString(const Access& a) {
+  std::string s = "[";
+  for (int d = 0; d < a.ndim; ++d) {
+    if (d) s += ", ";
+    s += std::to_string(a.size[d]);
+  }
+  return s + "]";
+}
+
+// Calls f(offset, count, stride) for every innermost row of `a`.
+template <typename F>
+void forEachRow(const Access& a, F f) {
+  if (a.ndim == 0) {
+    f(a.offset, int64_t{1}, int64_t{1});
+    return;
+  }
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.size[d] <= 0) return;
+  const int last = a.ndim - 1;
+  int64_t idx[kMaxDims] = {0, 0, 0, 0, 0};
+  while (true) {
+    int64_t off = a.offset;
+    for (int d = 0; d < last; ++d) off += idx[d] * a.stride[d];
+    f(off, a.size[last], a.stride[last]);
+    int d = last - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < a.size[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+const char* engineName(Engine e) {
+  static const char* names[] = {"dma", "tensor", "vector", "scalar", "gpsimd"};
+  const int k = static_cast<int>(e);
+  return k < kEngines ? names[k] : "?";
+}
+
+Program::Program(std::vector<Buffer> buffers,
+                 std::vector<Instruction> instructions, int32_t externals)
+    : buffers_(std::move(buffers)),
+      instructions_(std::move(instructions)),
+      externals_(externals) {
+  checkStructure();
+  checkInitialisedReads();
+  planMemory();  // records the high-water marks in profile_
+  Profile cost = estimateCost(*this);
+  cost.sbuf_high_water = profile_.sbuf_high_water;
+  cost.psum_high_water = profile_.psum_high_water;
+  profile_ = cost;
+}
+
+// Everything the interpreter relies on: operand shapes per op, accesses
+// inside their buffers. The front end checks the same with better messages;
+// this keeps a malformed program from touching memory it does not own.
+void Program::checkStructure() const {
+  const int64_t nb = static_cast<int64_t>(buffers_.size());
+  for (int64_t b = 0; b < nb; ++b) {
+    const Buffer& buf = buffers_[b];
+    if (buf.elements < 0 || buf.dtype >= DType::kCount)
+      throw ProgramError(buf.loc, -1, "malformed buffer " + bufferToken(b));
+    if (buf.external >= externals_)
+      throw ProgramError(
+          buf.loc, -1,
+          "buffer " + bufferToken(b) + " names a missing argument");
+  }
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    const Instruction& in = instructions_[i];
+    auto fail = [&](const std::string& why) {
+      throw ProgramError(in.loc, static_cast<int64_t>(i),
+                         std::string(opName(in.op)) + ": " + why);
+    };
+    if (static_cast<int>(in.op) > static_cast<int>(Op::kTranspose) ||
+        static_cast<int>(in.engine) >= kEngines || in.alu0 >= Alu::kCount ||
+        in.alu1 >= Alu::kCount || in.act >= Act::kCount)
+      fail("malformed instruction");
+    const Operands ops = operandsOf(in);
+    auto checkAccess = [&](const Access& a, bool needs_memory,
+                           const char* what) {
+      if (a.ndim < 0 || a.ndim > kMaxDims)
+        fail(std::string(what) + ": bad rank");
+      for (int d = 0; d < a.ndim; ++d)
+        if (a.size[d] < 0) fail(std::string(what) + ": negative size");
+      if (a.buffer < 0) {
+        if (needs_memory) fail(std::string(what) + " has no buffer");
+        return;
+      }
+      if (a.buffer >= nb) fail(std::string(what) + ": no such buffer");
+      if (a.count() == 0) return;
+      int64_t lo = a.offset, hi = a.offset;
+      for (int d = 0; d < a.ndim; ++d) {
+        const int64_t span = a.stride[d] * (a.size[d] - 1);
+        (span < 0 ? lo : hi) += span;
+      }
+      const int64_t n = buffers_[a.buffer].elements;
+      if (lo < 0 || hi >= n)
+        fail(std::string(what) + " reaches elements [" + std::to_string(lo) +
+             ", " + std::to_string(hi) + "] of " + bufferToken(a.buffer) +
+             ", which has " + std::to_string(n));
+    };
+    checkAccess(in.dst, true, "destination");
+    for (int s = 0; s < 3; ++s) {
+      if (!ops.src[s]) continue;
+      const bool affine = (in.op == Op::kIota && s == 0) ||
+                          (in.op == Op::kAffineSelect && s == 2);
+      checkAccess(in.src[s], !affine, "operand");
+      if (affine && in.src[s].buffer >= 0) fail("expects an affine expression");
+    }
+    switch (in.op) {
+      case Op::kMatmul: {
+        const Access &st = in.src[0], &mv = in.src[1], &d = in.dst;
+        if (st.ndim != 2 || mv.ndim != 2 || d.ndim != 2 ||
+            st.size[0] != mv.size[0] || d.size[0] != st.size[1] ||
+            d.size[1] != mv.size[1])
+          fail("shapes " + shapeString(st) + " x " + shapeString(mv) + " -> " +
+               shapeString(d) + " do not match");
+        break;
+      }
+      case Op::kTranspose:
+        if (in.src[0].ndim != 2 || in.dst.ndim != 2 ||
+            in.src[0].size[0] != in.dst.size[1] ||
+            in.src[0].size[1] != in.dst.size[0])
+          fail("shapes do not match");
+        break;
+      case Op::kReduce: {
+        const Access &s = in.src[0], &d = in.dst;
+        if (in.keep < 0 || in.keep > s.ndim || d.ndim != in.keep)
+          fail("bad reduction axes");
+        for (int k = 0; k < in.keep; ++k)
+          if (s.size[k] != d.size[k]) fail("shapes do not match");
+        break;
+      }
+      case Op::kBnStats:
+        if (in.src[0].ndim != 2 || in.dst.ndim != 2 || in.dst.size[1] != 6 ||
+            in.dst.size[0] != in.src[0].size[0])
+          fail("expects [P, F] -> [P, 6]");
+        break;
+      case Op::kBnAggr:
+        if (in.src[0].ndim != 2 || in.dst.ndim != 2 || in.dst.size[1] != 2 ||
+            in.src[0].size[1] % 6 != 0 || in.src[0].size[1] == 0 ||
+            in.dst.size[0] != in.src[0].size[0])
+          fail("expects [P, 6k] -> [P, 2]");
+        break;
+      case Op::kScan:
+        if (in.dst.ndim != 2) fail("expects 2-D tiles");
+        [[fallthrough]];
+      default:
+        for (int s = 0; s < 3; ++s)
+          if (ops.src[s] && !sameShape(in.src[s], in.dst))
+            fail("operand shape " + shapeString(in.src[s]) +
+                 " does not match the destination " + shapeString(in.dst));
+    }
+  }
+}
+
+// The shadow pass: every element an instruction reads must have been
+// written before (arguments are written; tiles and HBM scratch start
+// undefined). The vendor's simulator silently reads NaN there.
+void Program::checkInitialisedReads() const {
+  std::vector<std::vector<uint8_t>> written(buffers_.size());
+  auto shadow = [&](int32_t b) -> std::vector<uint8_t>* {
+    if (buffers_[b].initialized) return nullptr;
+    auto& w = written[b];
+    if (w.empty()) w.assign(static_cast<size_t>(buffers_[b].elements), 0);
+    return &w;
+  };
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    const Instruction& in = instructions_[i];
+    const Operands ops = operandsOf(in);
+    auto checkRead = [&](const Access& a) {
+      if (a.buffer < 0) return;
+      std::vector<uint8_t>* w = shadow(a.buffer);
+      if (!w) return;
+      const uint8_t* p = w->data();
+      forEachRow(a, [&](int64_t off, int64_t n, int64_t stride) {
+        bool bad = false;
+        int64_t at = off;
+        if (stride == 1) {
+          const void* z = std::memchr(p + off, 0, static_cast<size_t>(n));
+          if (z) {
+            bad = true;
+            at = static_cast<const uint8_t*>(z) - p;
+          }
+        } else {
+          for (int64_t k = 0; k < n && !bad; ++k)
+            if (!p[off + k * stride]) {
+              bad = true;
+              at = off + k * stride;
+            }
+        }
+        if (bad)
+          throw ProgramError(
+              in.loc, static_cast<int64_t>(i),
+              std::string(opName(in.op)) + " reads element " +
+                  std::to_string(at) + " of " + bufferToken(a.buffer) +
+                  ", which was never written (uninitialized memory)");
+      });
+    };
+    for (int s = 0; s < 3; ++s)
+      if (ops.src[s]) checkRead(in.src[s]);
+    if (ops.reads_dst) checkRead(in.dst);
+    if (in.dst.buffer >= 0) {
+      std::vector<uint8_t>* w = shadow(in.dst.buffer);
+      if (w) {
+        uint8_t* p = w->data();
+        forEachRow(in.dst, [&](int64_t off, int64_t n, int64_t stride) {
+          if (stride == 1) {
+            std::memset(p + off, 1, static_cast<size_t>(n));
+          } else {
+            for (int64_t k = 0; k < n; ++k) p[off + k * stride] = 1;
+          }
+        });
+      }
+    }
+  }
+}
+
+// Live ranges of the internal buffers decide both the capacity checks (the
+// SBUF/PSUM bytes per partition of the tiles live at each instruction) and
+// where each buffer lives in the run's scratch (buffers whose live ranges do
+// not overlap share memory).
+void Program::planMemory() {
+  const size_t nb = buffers_.size();
+  std::vector<int64_t> first(nb, -1), last(nb, -1);
+  auto touch = [&](int32_t b, int64_t i) {
+    if (b < 0) return;
+    if (first[b] < 0) first[b] = i;
+    last[b] = i;
+  };
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    const Instruction& in = instructions_[i];
+    const Operands ops = operandsOf(in);
+    touch(in.dst.buffer, static_cast<int64_t>(i));
+    for (int s = 0; s < 3; ++s)
+      if (ops.src[s]) touch(in.src[s].buffer, static_cast<int64_t>(i));
+  }
+  // Capacity: sweep the instructions with the live set's bytes.
+  const int64_t ni = static_cast<int64_t>(instructions_.size());
+  std::vector<std::vector<int32_t>> starts(ni), ends(ni);
+  for (size_t b = 0; b < nb; ++b) {
+    if (first[b] < 0 || buffers_[b].space == Space::kHbm) continue;
+    starts[first[b]].push_back(static_cast<int32_t>(b));
+    ends[last[b]].push_back(static_cast<int32_t>(b));
+  }
+  auto footprint = [&](const Buffer& buf) {
+    if (buf.space == Space::kPsum)  // PSUM is allocated in whole banks
+      return (buf.bytes_per_partition + kPsumBankBytes - 1) / kPsumBankBytes *
+             kPsumBankBytes;
+    return buf.bytes_per_partition;
+  };
+  int64_t sbuf = 0, psum = 0, sbuf_hw = 0, psum_hw = 0;
+  std::vector<int32_t> live;
+  for (int64_t i = 0; i < ni; ++i) {
+    for (int32_t b : starts[i]) {
+      const Buffer& buf = buffers_[b];
+      (buf.space == Space::kSbuf ? sbuf : psum) += footprint(buf);
+      live.push_back(b);
+    }
+    sbuf_hw = std::max(sbuf_hw, sbuf);
+    psum_hw = std::max(psum_hw, psum);
+    const bool over_sbuf = sbuf > kSbufBytesPerPartition;
+    const bool over_psum = psum > kPsumBytesPerPartition;
+    if (over_sbuf || over_psum) {
+      const Space space = over_sbuf ? Space::kSbuf : Space::kPsum;
+      std::string list;
+      int shown = 0;
+      for (int32_t b : live) {
+        if (buffers_[b].space != space) continue;
+        if (shown++ < 8)
+          list += "\n  " + bufferToken(b) + ": " +
+                  std::to_string(footprint(buffers_[b])) + " bytes";
+      }
+      if (shown > 8)
+        list += "\n  ... and " + std::to_string(shown - 8) + " more";
+      const Instruction& in = instructions_[i];
+      throw ProgramError(
+          in.loc, i,
+          over_sbuf
+              ? "SBUF capacity exceeded: the live tiles need " +
+                    std::to_string(sbuf) +
+                    " bytes per partition, SBUF has 196608 (192 KiB) per "
+                    "partition. Live SBUF tiles:" +
+                    list
+              : "PSUM capacity exceeded: the live tiles need " +
+                    std::to_string(psum / kPsumBankBytes) +
+                    " banks of 2 KiB per partition, PSUM has 8. Live PSUM "
+                    "tiles:" +
+                    list);
+    }
+    for (int32_t b : ends[i]) {
+      const Buffer& buf = buffers_[b];
+      (buf.space == Space::kSbuf ? sbuf : psum) -= footprint(buf);
+      live.erase(std::find(live.begin(), live.end(), b));
+    }
+  }
+  profile_.sbuf_high_water = sbuf_hw;
+  profile_.psum_high_water = psum_hw;
+
+  // Scratch placement: first fit over the live ranges, by first use.
+  std::vector<int32_t> order;
+  for (size_t b = 0; b < nb; ++b)
+    if (buffers_[b].external < 0 && first[b] >= 0)
+      order.push_back(static_cast<int32_t>(b));
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return first[a] < first[b]; });
+  scratch_offset_.assign(nb, -1);
+  std::map<int64_t, std::pair<int64_t, int32_t>> placed;  // offset -> (end, b)
+  int64_t top = 0;
+  for (int32_t b : order) {
+    for (auto it = placed.begin(); it != placed.end();) {
+      if (last[it->second.second] < first[b]) {
+        it = placed.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const int64_t bytes =
+        (buffers_[b].elements * elementSize(buffers_[b].dtype) + 63) / 64 * 64;
+    int64_t at = 0;
+    for (const auto& kv : placed) {
+      if (kv.first - at >= bytes) break;
+      at = std::max(at, kv.second.first);
+    }
+    placed[at] = {at + bytes, b};
+    scratch_offset_[b] = at;
+    top = std::max(top, at + bytes);
+  }
+  scratch_bytes_ = top;
+}
+
+Program buildProgram(const int64_t* bw, int64_t num_buffers, const int64_t* iw,
+                     const double* imm, int64_t num_instructions,
+                     int32_t externals) {
+  std::vector<Buffer> buffers(static_cast<size_t>(num_buffers));
+  for (int64_t b = 0; b < num_buffers; ++b) {
+    const int64_t* w = bw + b * kBufferWords;
+    Buffer& buf = buffers[b];
+    if (w[0] < 0 || w[0] > 2 || w[1] < 0 ||
+        w[1] >= static_cast<int64_t>(DType::kCount))
+      throw ProgramError(
+          static_cast<int32_t>(w[7]), -1,
+          "malformed buffer " + bufferToken(static_cast<int32_t>(b)));
+    buf.space = static_cast<Space>(w[0]);
+    buf.dtype = static_cast<DType>(w[1]);
+    buf.elements = w[2];
+    buf.partitions = w[3];
+    buf.bytes_per_partition = w[4];
+    buf.external = static_cast<int32_t>(w[5]);
+    buf.initialized = w[6] != 0;
+    buf.loc = static_cast<int32_t>(w[7]);
+  }
+  std::vector<Instruction> instructions(static_cast<size_t>(num_instructions));
+  auto readAccess = [](const int64_t* w, Access& a) {
+    a.buffer = static_cast<int32_t>(w[0]);
+    a.ndim = static_cast<int32_t>(w[1]);
+    a.offset = w[2];
+    for (int d = 0; d < kMaxDims; ++d) {
+      a.size[d] = w[3 + d];
+      a.stride[d] = w[3 + kMaxDims + d];
+    }
+  };
+  for (int64_t i = 0; i < num_instructions; ++i) {
+    const int64_t* w = iw + i * kInstructionWords;
+    Instruction& in = instructions[i];
+    in.op = static_cast<Op>(w[0]);
+    in.engine = static_cast<Engine>(w[1]);
+    in.alu0 = static_cast<Alu>(w[2]);
+    in.alu1 = static_cast<Alu>(w[3]);
+    in.act = static_cast<Act>(w[4]);
+    in.flags = static_cast<uint32_t>(w[5]);
+    in.loc = static_cast<int32_t>(w[6]);
+    in.keep = static_cast<int32_t>(w[7]);
+    readAccess(w + kInstructionHeaderWords, in.dst);
+    for (int s = 0; s < 3; ++s)
+      readAccess(w + kInstructionHeaderWords + (s + 1) * kAccessWords,
+                 in.src[s]);
+    for (int k = 0; k < 4; ++k) in.imm[k] = imm[i * 4 + k];
+  }
+  return Program(std::move(buffers), std::move(instructions), externals);
+}
+
+}  // namespace nki
+}  // namespace neuron_rt

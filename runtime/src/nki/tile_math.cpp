@@ -1,0 +1,322 @@
+#include "neuron_runtime/nki/tile_math.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+// Hot loops get an AVX-512 and an AVX2 clone picked at load time, so the
+// library runs on any x86-64 and fast on the machines it is built for.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define NKI_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define NKI_CLONES
+#endif
+
+namespace neuron_rt {
+namespace nki {
+namespace {
+
+int32_t asInt(float f) { return static_cast<int32_t>(f); }
+
+float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); }
+float geluTanh(float x) {
+  const float c = 0.7978845608f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+NKI_CLONES void expRow(const float* in, float* out, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) out[k] = std::exp(in[k]);
+}
+
+}  // namespace
+
+float aluScalar(Alu op, float a, float b) {
+  switch (op) {
+    case Alu::kBypass:
+      return a;
+    case Alu::kAdd:
+      return a + b;
+    case Alu::kSubtract:
+      return a - b;
+    case Alu::kMultiply:
+      return a * b;
+    case Alu::kDivide:
+      return a / b;
+    case Alu::kMax:
+      return std::isnan(a) || a > b ? a : b;
+    case Alu::kMin:
+      return std::isnan(a) || a < b ? a : b;
+    case Alu::kPow:
+      return std::pow(a, b);
+    case Alu::kMod:
+      return std::fmod(a, b);
+    case Alu::kEqual:
+      return a == b;
+    case Alu::kNotEqual:
+      return a != b;
+    case Alu::kGreater:
+      return a > b;
+    case Alu::kGreaterEqual:
+      return a >= b;
+    case Alu::kLess:
+      return a < b;
+    case Alu::kLessEqual:
+      return a <= b;
+    case Alu::kLogicalAnd:
+      return (a != 0) && (b != 0);
+    case Alu::kLogicalOr:
+      return (a != 0) || (b != 0);
+    case Alu::kLogicalXor:
+      return (a != 0) != (b != 0);
+    case Alu::kBitwiseAnd:
+      return static_cast<float>(asInt(a) & asInt(b));
+    case Alu::kBitwiseOr:
+      return static_cast<float>(asInt(a) | asInt(b));
+    case Alu::kBitwiseXor:
+      return static_cast<float>(asInt(a) ^ asInt(b));
+    case Alu::kLeftShift:
+      return static_cast<float>(static_cast<int32_t>(
+          static_cast<uint32_t>(asInt(a)) << (asInt(b) & 31)));
+    case Alu::kRightShift:
+      return static_cast<float>(asInt(a) >> (asInt(b) & 31));
+    case Alu::kAbsMax:
+      return std::max(std::fabs(a), std::fabs(b));
+    default:
+      return a;
+  }
+}
+
+NKI_CLONES void applyAlu(Alu op, const float* a, const float* b, float* out,
+                         int64_t n) {
+  switch (op) {
+    case Alu::kAdd:
+      for (int64_t k = 0; k < n; ++k) out[k] = a[k] + b[k];
+      return;
+    case Alu::kSubtract:
+      for (int64_t k = 0; k < n; ++k) out[k] = a[k] - b[k];
+      return;
+    case Alu::kMultiply:
+      for (int64_t k = 0; k < n; ++k) out[k] = a[k] * b[k];
+      return;
+    case Alu::kDivide:
+      for (int64_t k = 0; k < n; ++k) out[k] = a[k] / b[k];
+      return;
+    case Alu::kMax:
+      for (int64_t k = 0; k < n; ++k) out[k] = a[k] > b[k] ? a[k] : b[k];
+      for (int64_t k = 0; k < n; ++k)
+        if (std::isnan(a[k]) || std::isnan(b[k]))
+          out[k] = std::numeric_limits<float>::quiet_NaN();
+      return;
+    case Alu::kMin:
+      for (int64_t k = 0; k < n; ++k) out[k] = a[k] < b[k] ? a[k] : b[k];
+      for (int64_t k = 0; k < n; ++k)
+        if (std::isnan(a[k]) || std::isnan(b[k]))
+          out[k] = std::numeric_limits<float>::quiet_NaN();
+      return;
+    case Alu::kBypass:
+      if (out != a) std::memmove(out, a, n * sizeof(float));
+      return;
+    default:
+      for (int64_t k = 0; k < n; ++k) out[k] = aluScalar(op, a[k], b[k]);
+  }
+}
+
+float reductionIdentity(Alu op) {
+  switch (op) {
+    case Alu::kMultiply:
+      return 1.0f;
+    case Alu::kMax:
+      return -std::numeric_limits<float>::infinity();
+    case Alu::kMin:
+      return std::numeric_limits<float>::infinity();
+    case Alu::kLogicalAnd:
+      return 1.0f;
+    case Alu::kBitwiseAnd:
+      return static_cast<float>(-1);
+    default:
+      return 0.0f;
+  }
+}
+
+NKI_CLONES float reduceAlu(Alu op, float acc, const float* x, int64_t n) {
+  switch (op) {
+    case Alu::kAdd: {
+      float s = 0;
+      for (int64_t k = 0; k < n; ++k) s += x[k];
+      return acc + s;
+    }
+    case Alu::kMax:
+      for (int64_t k = 0; k < n; ++k) {
+        if (std::isnan(x[k])) return x[k];
+        acc = x[k] > acc ? x[k] : acc;
+      }
+      return acc;
+    case Alu::kMin:
+      for (int64_t k = 0; k < n; ++k) {
+        if (std::isnan(x[k])) return x[k];
+        acc = x[k] < acc ? x[k] : acc;
+      }
+      return acc;
+    default:
+      for (int64_t k = 0; k < n; ++k) acc = aluScalar(op, acc, x[k]);
+      return acc;
+  }
+}
+
+void applyActivation(Act f, const float* in, float* out, int64_t n) {
+  switch (f) {
+    case Act::kIdentity:
+      if (out != in) std::memmove(out, in, n * sizeof(float));
+      return;
+    case Act::kExp:
+      expRow(in, out, n);
+      return;
+    default:
+      break;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const float x = in[k];
+    float y;
+    switch (f) {
+      case Act::kLog:
+        y = std::log(x);
+        break;
+      case Act::kTanh:
+        y = std::tanh(x);
+        break;
+      case Act::kSigmoid:
+        y = sigmoid(x);
+        break;
+      case Act::kRelu:
+        y = x > 0 ? x : 0.0f;
+        break;
+      case Act::kGelu:
+        y = gelu(x);
+        break;
+      case Act::kGeluTanh:
+        y = geluTanh(x);
+        break;
+      case Act::kSilu:
+        y = x * sigmoid(x);
+        break;
+      case Act::kSqrt:
+        y = std::sqrt(x);
+        break;
+      case Act::kRsqrt:
+        y = 1.0f / std::sqrt(x);
+        break;
+      case Act::kReciprocal:
+        y = 1.0f / x;
+        break;
+      case Act::kSquare:
+        y = x * x;
+        break;
+      case Act::kAbs:
+        y = std::fabs(x);
+        break;
+      case Act::kNegative:
+        y = -x;
+        break;
+      case Act::kSign:
+        y = static_cast<float>((x > 0) - (x < 0));
+        break;
+      case Act::kSin:
+        y = std::sin(x);
+        break;
+      case Act::kCos:
+        y = std::cos(x);
+        break;
+      case Act::kErf:
+        y = std::erf(x);
+        break;
+      case Act::kSoftplus:
+        y = std::log1p(std::exp(x));
+        break;
+      case Act::kMish:
+        y = x * std::tanh(std::log1p(std::exp(x)));
+        break;
+      case Act::kArctan:
+        y = std::atan(x);
+        break;
+      case Act::kCeil:
+        y = std::ceil(x);
+        break;
+      case Act::kFloor:
+        y = std::floor(x);
+        break;
+      case Act::kRound:
+        y = std::nearbyint(x);
+        break;
+      case Act::kTrunc:
+        y = std::trunc(x);
+        break;
+      case Act::kExp2:
+        y = std::exp2(x);
+        break;
+      case Act::kLog2:
+        y = std::log2(x);
+        break;
+      case Act::kTan:
+        y = std::tan(x);
+        break;
+      case Act::kGeluDx: {
+        const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678f));
+        const float pdf = 0.39894228f * std::exp(-0.5f * x * x);
+        y = cdf + x * pdf;
+        break;
+      }
+      case Act::kSiluDx: {
+        const float s = sigmoid(x);
+        y = s * (1.0f + x * (1.0f - s));
+        break;
+      }
+      default:
+        y = x;
+    }
+    out[k] = y;
+  }
+}
+
+// Register-blocked: a 4 x 64 block of c stays in registers while k runs.
+NKI_CLONES void matmulKernel(const float* s, const float* v, float* c,
+                             int64_t K, int64_t M, int64_t N) {
+  constexpr int64_t MR = 4, NR = 64;
+  int64_t m0 = 0;
+  for (; m0 + MR <= M; m0 += MR) {
+    int64_t n0 = 0;
+    for (; n0 + NR <= N; n0 += NR) {
+      float acc[MR][NR] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const float* vr = v + k * N + n0;
+        const float* sr = s + k * M + m0;
+        for (int64_t i = 0; i < MR; ++i) {
+          const float a = sr[i];
+          for (int64_t j = 0; j < NR; ++j) acc[i][j] += a * vr[j];
+        }
+      }
+      for (int64_t i = 0; i < MR; ++i)
+        std::memcpy(c + (m0 + i) * N + n0, acc[i], NR * sizeof(float));
+    }
+    for (; n0 < N; ++n0)
+      for (int64_t i = 0; i < MR; ++i) {
+        float a = 0;
+        for (int64_t k = 0; k < K; ++k) a += s[k * M + m0 + i] * v[k * N + n0];
+        c[(m0 + i) * N + n0] = a;
+      }
+  }
+  for (; m0 < M; ++m0) {
+    float* cr = c + m0 * N;
+    for (int64_t n = 0; n < N; ++n) cr[n] = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const float a = s[k * M + m0];
+      const float* vr = v + k * N;
+      for (int64_t n = 0; n < N; ++n) cr[n] += a * vr[n];
+    }
+  }
+}
+
+}  // namespace nki
+}  // namespace neuron_rt

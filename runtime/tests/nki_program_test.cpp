@@ -1,0 +1,185 @@
+// The NKI tile-program simulator on its own: a matmul kernel's records built
+// by hand, its checks, its memory plan and its cost estimate.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "neuron_runtime/nki/cost_model.h"
+#include "neuron_runtime/nki/program.h"
+
+using namespace neuron_rt::nki;
+
+namespace {
+
+Access access2d(int32_t buffer, int64_t offset, int64_t rows, int64_t rs,
+                int64_t cols, int64_t cs) {
+  Access a;
+  a.buffer = buffer;
+  a.ndim = 2;
+  a.offset = offset;
+  a.size[0] = rows;
+  a.size[1] = cols;
+  a.stride[0] = rs;
+  a.stride[1] = cs;
+  return a;
+}
+
+Buffer hbm(DType t, int64_t n, int32_t ext, bool init) {
+  Buffer b;
+  b.space = Space::kHbm;
+  b.dtype = t;
+  b.elements = n;
+  b.external = ext;
+  b.initialized = init;
+  return b;
+}
+
+Buffer tile(Space s, DType t, int64_t p, int64_t f) {
+  Buffer b;
+  b.space = s;
+  b.dtype = t;
+  b.elements = p * f;
+  b.partitions = p;
+  b.bytes_per_partition = f * elementSize(t);
+  return b;
+}
+
+Instruction copy(Engine e, Access dst, Access src) {
+  Instruction in;
+  in.op = Op::kCopy;
+  in.engine = e;
+  in.dst = dst;
+  in.src[0] = src;
+  return in;
+}
+
+// out[M,N] = a[K,M]^T b[K,N] through SBUF and PSUM.
+std::vector<Instruction> matmulProgram(int64_t K, int64_t M, int64_t N) {
+  std::vector<Instruction> p;
+  p.push_back(copy(Engine::kDma, access2d(3, 0, K, M, M, 1),
+                   access2d(0, 0, K, M, M, 1)));
+  p.push_back(copy(Engine::kDma, access2d(4, 0, K, N, N, 1),
+                   access2d(1, 0, K, N, N, 1)));
+  Instruction mm;
+  mm.op = Op::kMatmul;
+  mm.engine = Engine::kTensor;
+  mm.dst = access2d(5, 0, M, N, N, 1);
+  mm.src[0] = access2d(3, 0, K, M, M, 1);
+  mm.src[1] = access2d(4, 0, K, N, N, 1);
+  p.push_back(mm);
+  p.push_back(copy(Engine::kVector, access2d(6, 0, M, N, N, 1),
+                   access2d(5, 0, M, N, N, 1)));
+  p.push_back(copy(Engine::kDma, access2d(2, 0, M, N, N, 1),
+                   access2d(6, 0, M, N, N, 1)));
+  return p;
+}
+
+std::vector<Buffer> matmulBuffers(int64_t K, int64_t M, int64_t N) {
+  return {hbm(DType::kF32, K * M, 0, true),
+          hbm(DType::kF32, K * N, 1, true),
+          hbm(DType::kF32, M * N, 2, false),
+          tile(Space::kSbuf, DType::kF32, K, M),
+          tile(Space::kSbuf, DType::kF32, K, N),
+          tile(Space::kPsum, DType::kF32, M, N),
+          tile(Space::kSbuf, DType::kF32, M, N)};
+}
+
+}  // namespace
+
+TEST(NkiProgramTest, MatmulMatchesReference) {
+  const int64_t K = 128, M = 96, N = 200;
+  Program prog(matmulBuffers(K, M, N), matmulProgram(K, M, N), 3);
+  std::vector<float> a(K * M), b(K * N), out(M * N, -1);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.1f * i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.07f * i);
+  void* ext[3] = {a.data(), b.data(), out.data()};
+  prog.run(ext);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = 0;
+      for (int64_t k = 0; k < K; ++k) ref += a[k * M + m] * b[k * N + n];
+      ASSERT_NEAR(out[m * N + n], ref, 1e-3) << m << "," << n;
+    }
+  const Profile& pr = prog.profile();
+  EXPECT_GT(pr.total_ns, 0);
+  EXPECT_EQ(pr.matmul_flops, 2 * K * M * N);
+  EXPECT_EQ(pr.instructions[static_cast<int>(Engine::kDma)], 3);
+  EXPECT_EQ(pr.sbuf_high_water, (M + N) * 4);  // the inputs, then the result
+  EXPECT_EQ(pr.psum_high_water, 2048);
+}
+
+TEST(NkiProgramTest, UninitializedReadIsReported) {
+  auto prog = matmulProgram(8, 8, 8);
+  prog.erase(prog.begin() + 1);  // b is never loaded into its tile
+  prog[1].loc = 42;
+  try {
+    Program p(matmulBuffers(8, 8, 8), prog, 3);
+    FAIL() << "no error";
+  } catch (const ProgramError& e) {
+    EXPECT_EQ(e.loc(), 42);
+    EXPECT_NE(std::string(e.what()).find("never written"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("{buffer:4}"), std::string::npos);
+  }
+}
+
+TEST(NkiProgramTest, OutOfBoundsAccessIsReported) {
+  auto prog = matmulProgram(8, 8, 8);
+  prog[0].src[0].offset = 1;  // one element past the end of a
+  EXPECT_THROW(Program(matmulBuffers(8, 8, 8), prog, 3), ProgramError);
+}
+
+TEST(NkiProgramTest, SbufCapacityCountsLiveTiles) {
+  // Two tiles of 100 KiB per partition live at once do not fit in 192 KiB.
+  std::vector<Buffer> bufs = {hbm(DType::kF32, 128 * 25600, 0, true),
+                              tile(Space::kSbuf, DType::kF32, 128, 25600),
+                              tile(Space::kSbuf, DType::kF32, 128, 25600)};
+  std::vector<Instruction> prog = {
+      copy(Engine::kDma, access2d(1, 0, 128, 25600, 25600, 1),
+           access2d(0, 0, 128, 25600, 25600, 1)),
+      copy(Engine::kVector, access2d(2, 0, 128, 25600, 25600, 1),
+           access2d(1, 0, 128, 25600, 25600, 1)),
+      copy(Engine::kDma, access2d(0, 0, 128, 25600, 25600, 1),
+           access2d(2, 0, 128, 25600, 25600, 1))};
+  try {
+    Program p(bufs, prog, 1);
+    FAIL() << "no error";
+  } catch (const ProgramError& e) {
+    EXPECT_NE(std::string(e.what()).find("SBUF capacity exceeded"),
+              std::string::npos);
+  }
+  // One after the other they fit, and share memory.
+  prog.erase(prog.begin() + 1);
+  prog[1].src[0].buffer = 1;
+  Program ok(bufs, prog, 1);
+  EXPECT_EQ(ok.profile().sbuf_high_water, 102400);
+}
+
+TEST(NkiProgramTest, EnginesOverlapInTheEstimate) {
+  // Independent loads and a compute on another tile overlap: the total is
+  // less than the sum of the engines' busy times.
+  const int64_t K = 128, M = 128, N = 512;
+  Program prog(matmulBuffers(K, M, N), matmulProgram(K, M, N), 3);
+  const Profile& p = prog.profile();
+  double busy = 0;
+  for (double b : p.busy_ns) busy += b;
+  EXPECT_GT(p.busy_ns[static_cast<int>(Engine::kTensor)], 0);
+  EXPECT_GT(p.total_ns, p.busy_ns[static_cast<int>(Engine::kDma)]);
+  EXPECT_LT(p.busy_ns[static_cast<int>(Engine::kDma)], busy);
+}
+
+TEST(NkiDtypeTest, NarrowingRoundsToNearestEven) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(1.00390625f)), 1.0f);  // tie to even
+  EXPECT_EQ(bf16ToFloat(floatToBf16(1.01171875f)), 1.015625f);
+  EXPECT_EQ(f16ToFloat(floatToF16(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(f16ToFloat(floatToF16(70000.0f))));
+  EXPECT_EQ(f8e4m3ToFloat(floatToF8e4m3(1000.0f)), 448.0f);  // saturates
+  EXPECT_EQ(f8e4m3ToFloat(floatToF8e4m3(0.3f)), 0.3125f);
+  EXPECT_EQ(f8e5m2ToFloat(floatToF8e5m2(3.0f)), 3.0f);
+  for (int v = 0; v < 256; ++v) {
+    const float f = f8e4m3ToFloat(static_cast<uint8_t>(v));
+    if (!std::isnan(f))
+      EXPECT_EQ(floatToF8e4m3(f) & 0xff, v == 0x80 ? 0x80 : v);
+  }
+}
