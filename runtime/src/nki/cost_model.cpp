@@ -100,13 +100,36 @@ int64_t dmaBytes(const Program& prog, const Access& a, int64_t& rows) {
 
 }  // namespace
 
-const CostParameters& defaultCostParameters() {
+const CostParameters& trainium2CostParameters() {
   static const CostParameters p;
   return p;
 }
 
+const CostParameters& trainium1CostParameters() {
+  static const CostParameters p = [] {
+    CostParameters q;
+    q.tensor_ghz = 2.8;
+    q.vector_ghz = 1.12;
+    q.scalar_ghz = 1.4;
+    q.gpsimd_ghz = 1.4;
+    q.hbm_bytes_per_ns = 820.0 / 2.0;
+    return q;
+  }();
+  return p;
+}
+
+const CostParameters& defaultCostParameters() {
+  return trainium2CostParameters();
+}
+
 double instructionCost(const Program& prog, const Instruction& in,
                        const CostParameters& p) {
+  const auto dtype = [&](const Access& a) {
+    return prog.buffers()[a.buffer].dtype;
+  };
+  const auto space = [&](const Access& a) {
+    return a.buffer >= 0 ? prog.buffers()[a.buffer].space : Space::kSbuf;
+  };
   switch (in.engine) {
     case Engine::kDma: {
       int64_t rows_src = 1, rows_dst = 1;
@@ -122,38 +145,51 @@ double instructionCost(const Program& prog, const Instruction& in,
     case Engine::kTensor: {
       double cycles;
       if (in.op == Op::kMatmul) {
-        // One moving column enters the array per cycle; fp32 operands take
-        // four passes.
-        const DType t = prog.buffers()[in.src[1].buffer].dtype;
-        const double rate = t == DType::kF32 ? 4.0 : 1.0;
-        cycles = static_cast<double>(in.src[1].size[1]) * rate;
+        // One moving column enters the array per cycle (the stationary load
+        // overlaps); fp32 operands take four passes.
+        const double rate = dtype(in.src[1]) == DType::kF32 ? 4.0 : 1.0;
+        const double stationary = static_cast<double>(in.src[0].size[1]);
+        const double moving = static_cast<double>(in.src[1].size[1]);
+        cycles = std::max(std::min(p.min_ii_cycles, stationary), moving) * rate;
       } else {
-        // Transpose: a matmul against the identity; the input's partitions
-        // are the moving columns.
-        const DType t = prog.buffers()[in.src[0].buffer].dtype;
-        const double rate = t == DType::kF32 ? 4.0 : 1.0;
-        cycles =
-            static_cast<double>(in.src[0].ndim > 0 ? in.src[0].size[0] : 1) *
-            rate;
+        // Transpose: a matmul of the input against the identity.
+        const double P = static_cast<double>(in.src[0].size[0]);
+        const double F = static_cast<double>(in.src[0].size[1]);
+        cycles = std::max(P, std::min(p.min_ii_cycles, F));
       }
-      return (cycles + p.tensor_fixed_cycles) / p.tensor_ghz;
+      return cycles / p.tensor_ghz;
     }
     case Engine::kVector:
     case Engine::kScalar:
     case Engine::kGpSimd: {
-      // One element per partition per cycle over the larger of input and
-      // output (a reduction streams its whole input).
-      const Access& widest = (in.op == Op::kReduce || in.op == Op::kBnStats ||
-                              in.op == Op::kBnAggr)
-                                 ? in.src[0]
-                                 : in.dst;
-      const double n =
-          static_cast<double>(std::max<int64_t>(freeElements(widest), 1));
-      if (in.engine == Engine::kVector)
-        return (n + p.vector_fixed_cycles) / p.vector_ghz;
+      // One element per partition per cycle and input stream, over the
+      // larger of input and output (a reduction streams its whole input).
+      const bool reduces =
+          in.op == Op::kReduce || in.op == Op::kBnStats || in.op == Op::kBnAggr;
+      const double n = static_cast<double>(
+          std::max<int64_t>(freeElements(reduces ? in.src[0] : in.dst), 1));
+      if (in.engine == Engine::kGpSimd)
+        return (p.gpsimd_fixed_cycles + n) / p.gpsimd_ghz;
       if (in.engine == Engine::kScalar)
-        return (n + p.scalar_fixed_cycles) / p.scalar_ghz;
-      return (n + p.gpsimd_fixed_cycles) / p.gpsimd_ghz;
+        return std::max(p.min_ii_cycles, n) / p.scalar_ghz;
+      double streams = 1;
+      if (in.op == Op::kTensorTensor) {
+        // Two SBUF inputs stream one after the other, except bf16
+        // add/subtract/multiply; a PSUM input comes on its own port.
+        const bool psum_input = space(in.src[0]) == Space::kPsum ||
+                                space(in.src[1]) == Space::kPsum;
+        const bool fast_bf16 =
+            dtype(in.src[0]) == DType::kBF16 &&
+            dtype(in.src[1]) == DType::kBF16 &&
+            (in.alu0 == Alu::kAdd || in.alu0 == Alu::kSubtract ||
+             in.alu0 == Alu::kMultiply);
+        streams = psum_input || fast_bf16 ? 1 : 2;
+      } else if (in.op == Op::kScan) {
+        streams = 2;
+      } else if (in.op == Op::kBnAggr) {
+        streams = 13.0 / 3.0;
+      }
+      return std::max(p.min_ii_cycles, n * streams) / p.vector_ghz;
     }
   }
   return 0;

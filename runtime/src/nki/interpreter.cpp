@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "neuron_runtime/nki/access_rows.h"
 #include "neuron_runtime/nki/program.h"
 #include "neuron_runtime/nki/tile_math.h"
 
@@ -53,42 +54,6 @@ class Interpreter {
     return v.data();
   }
 
-  // Calls f(offsets[], n) for each innermost row of `shape`, with the row's
-  // offset in each of the `count` accesses (which all have its shape).
-  template <typename F>
-  static void rows(const Access& shape, const Access* const* acc, int count,
-                   F f) {
-    const int nd = shape.ndim;
-    for (int d = 0; d < nd; ++d)
-      if (shape.size[d] <= 0) return;
-    int64_t off[4];
-    if (nd == 0) {
-      for (int k = 0; k < count; ++k) off[k] = acc[k]->offset;
-      f(off, int64_t{1}, true);
-      return;
-    }
-    int64_t idx[kMaxDims] = {0, 0, 0, 0, 0};
-    const int last = nd - 1;
-    while (true) {
-      for (int k = 0; k < count; ++k) {
-        int64_t o = acc[k]->offset;
-        for (int d = 0; d < last; ++d) o += idx[d] * acc[k]->stride[d];
-        off[k] = o;
-      }
-      f(off, shape.size[last], false);
-      int d = last - 1;
-      for (; d >= 0; --d) {
-        if (++idx[d] < shape.size[d]) break;
-        idx[d] = 0;
-      }
-      if (d < 0) return;
-    }
-  }
-
-  static int64_t innerStride(const Access& a) {
-    return a.ndim ? a.stride[a.ndim - 1] : 1;
-  }
-
   void load(const Access& a, int64_t off, int64_t n, float* out) const {
     loadRow(dtypeOf(a), address(a, off), innerStride(a), n, out);
   }
@@ -125,7 +90,7 @@ class Interpreter {
     const Access* acc[2] = {&dst, &src};
     const DType dt = dtypeOf(dst), st = dtypeOf(src);
     const int es = elementSize(dt);
-    rows(dst, acc, 2, [&](const int64_t* off, int64_t n, bool) {
+    forEachRow(dst, acc, 2, [&](const int64_t* off, int64_t n) {
       if (dt == st && innerStride(dst) == 1 && innerStride(src) == 1) {
         std::memmove(address(dst, off[0]), address(src, off[1]), n * es);
         return;
@@ -142,7 +107,7 @@ class Interpreter {
     const Access& dst = in.dst;
     const Access* acc[4] = {&dst, &in.src[0], &in.src[1], &in.src[2]};
     const Access& a0 = in.src[0];
-    rows(dst, acc, 4, [&](const int64_t* off, int64_t n, bool) {
+    forEachRow(dst, acc, 4, [&](const int64_t* off, int64_t n) {
       float* out = buf(0, n);
       float* x = buf(1, n);
       float* y = buf(2, n);
@@ -209,8 +174,13 @@ class Interpreter {
           const int64_t base = off[3];
           const int64_t st = innerStride(in.src[2]);
           const float other = static_cast<float>(in.imm[0]);
+          // alu0 compares the affine value with 0 (>= for the legacy
+          // predicate form).
           for (int64_t k = 0; k < n; ++k)
-            out[k] = base + k * st >= 0 ? x[k] : other;
+            out[k] = aluScalar(in.alu0, static_cast<float>(base + k * st),
+                               0.0f) != 0.0f
+                         ? x[k]
+                         : other;
           break;
         }
         default:
@@ -269,7 +239,7 @@ class Interpreter {
         return aluScalar(in.alu0, r, x);
       }
       const Access* one[1] = {&sub};
-      rows(sub, one, 1, [&](const int64_t* off, int64_t n, bool) {
+      forEachRow(sub, one, 1, [&](const int64_t* off, int64_t n) {
         float* x = buf(1, n);
         loadRow(dtypeOf(src), address(src, off[0]), innerStride(sub), n, x);
         r = reduceAlu(in.alu0, r, x, n);
@@ -285,7 +255,7 @@ class Interpreter {
     }
     // One destination element at a time, walking the destination's rows.
     const Access* pair[2] = {&dst, &outer};
-    rows(dst, pair, 2, [&](const int64_t* off, int64_t n, bool) {
+    forEachRow(dst, pair, 2, [&](const int64_t* off, int64_t n) {
       float* out = buf(0, n);
       const int64_t sst = outer.stride[keep - 1];
       for (int64_t k = 0; k < n; ++k) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "neuron_runtime/nki/cost_model.h"
+#include "neuron_runtime/nki/definedness.h"
 
 namespace neuron_rt {
 namespace nki {
@@ -95,30 +96,6 @@ std::string shapeString(const Access& a) {
   return s + "]";
 }
 
-// Calls f(offset, count, stride) for every innermost row of `a`.
-template <typename F>
-void forEachRow(const Access& a, F f) {
-  if (a.ndim == 0) {
-    f(a.offset, int64_t{1}, int64_t{1});
-    return;
-  }
-  for (int d = 0; d < a.ndim; ++d)
-    if (a.size[d] <= 0) return;
-  const int last = a.ndim - 1;
-  int64_t idx[kMaxDims] = {0, 0, 0, 0, 0};
-  while (true) {
-    int64_t off = a.offset;
-    for (int d = 0; d < last; ++d) off += idx[d] * a.stride[d];
-    f(off, a.size[last], a.stride[last]);
-    int d = last - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < a.size[d]) break;
-      idx[d] = 0;
-    }
-    if (d < 0) return;
-  }
-}
-
 }  // namespace
 
 const char* engineName(Engine e) {
@@ -133,7 +110,7 @@ Program::Program(std::vector<Buffer> buffers,
       instructions_(std::move(instructions)),
       externals_(externals) {
   checkStructure();
-  checkInitialisedReads();
+  checkDefinedness(*this);
   planMemory();  // records the high-water marks in profile_
   Profile cost = estimateCost(*this);
   cost.sbuf_high_water = profile_.sbuf_high_water;
@@ -240,68 +217,6 @@ void Program::checkStructure() const {
           if (ops.src[s] && !sameShape(in.src[s], in.dst))
             fail("operand shape " + shapeString(in.src[s]) +
                  " does not match the destination " + shapeString(in.dst));
-    }
-  }
-}
-
-// The shadow pass: every element an instruction reads must have been
-// written before (arguments are written; tiles and HBM scratch start
-// undefined). The vendor's simulator silently reads NaN there.
-void Program::checkInitialisedReads() const {
-  std::vector<std::vector<uint8_t>> written(buffers_.size());
-  auto shadow = [&](int32_t b) -> std::vector<uint8_t>* {
-    if (buffers_[b].initialized) return nullptr;
-    auto& w = written[b];
-    if (w.empty()) w.assign(static_cast<size_t>(buffers_[b].elements), 0);
-    return &w;
-  };
-  for (size_t i = 0; i < instructions_.size(); ++i) {
-    const Instruction& in = instructions_[i];
-    const Operands ops = operandsOf(in);
-    auto checkRead = [&](const Access& a) {
-      if (a.buffer < 0) return;
-      std::vector<uint8_t>* w = shadow(a.buffer);
-      if (!w) return;
-      const uint8_t* p = w->data();
-      forEachRow(a, [&](int64_t off, int64_t n, int64_t stride) {
-        bool bad = false;
-        int64_t at = off;
-        if (stride == 1) {
-          const void* z = std::memchr(p + off, 0, static_cast<size_t>(n));
-          if (z) {
-            bad = true;
-            at = static_cast<const uint8_t*>(z) - p;
-          }
-        } else {
-          for (int64_t k = 0; k < n && !bad; ++k)
-            if (!p[off + k * stride]) {
-              bad = true;
-              at = off + k * stride;
-            }
-        }
-        if (bad)
-          throw ProgramError(
-              in.loc, static_cast<int64_t>(i),
-              std::string(opName(in.op)) + " reads element " +
-                  std::to_string(at) + " of " + bufferToken(a.buffer) +
-                  ", which was never written (uninitialized memory)");
-      });
-    };
-    for (int s = 0; s < 3; ++s)
-      if (ops.src[s]) checkRead(in.src[s]);
-    if (ops.reads_dst) checkRead(in.dst);
-    if (in.dst.buffer >= 0) {
-      std::vector<uint8_t>* w = shadow(in.dst.buffer);
-      if (w) {
-        uint8_t* p = w->data();
-        forEachRow(in.dst, [&](int64_t off, int64_t n, int64_t stride) {
-          if (stride == 1) {
-            std::memset(p + off, 1, static_cast<size_t>(n));
-          } else {
-            for (int64_t k = 0; k < n; ++k) p[off + k * stride] = 1;
-          }
-        });
-      }
     }
   }
 }

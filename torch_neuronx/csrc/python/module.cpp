@@ -24,6 +24,7 @@ void bindHostMemory(py::module_& m);
 void bindMemory(py::module_& m);
 void bindDistributed(py::module_& m);
 void bindCompile(py::module_& m);
+void bindNki(py::module_& m);
 void bindGraphs(py::module_& m);
 }  // namespace torch_neuronx
 
@@ -175,4 +176,5 @@ PYBIND11_MODULE(_C, m) {
   bindDistributed(m);
   bindGraphs(m);
   bindCompile(m);
+  bindNki(m);
 }

@@ -14,25 +14,31 @@
 namespace neuron_rt {
 namespace nki {
 
+// Engine clocks and the documented per-instruction costs (NKI ISA
+// reference: MIN_II = 64 cycles; matmul max(min(64, stationary free),
+// moving free) cycles, x4 for fp32; Vector N cycles per input stream;
+// activation max(64, N); GpSimd 150 + N).
 struct CostParameters {
   double tensor_ghz = 2.4;  // 128x128 systolic array
   double vector_ghz = 0.96;
   double scalar_ghz = 1.2;
   double gpsimd_ghz = 1.2;
-  // HBM bandwidth per chip, shared by its 8 cores.
+  // HBM bandwidth per chip, shared by its cores.
   double hbm_bytes_per_ns = 2900.0 / 8.0;
   double dma_latency_ns = 2000.0;
   // Rows shorter than this move at the rate of a row this long (DMA
   // descriptors are most efficient from 512 contiguous bytes).
   int64_t dma_efficient_row_bytes = 512;
-  // Fixed cycles per instruction (issue, pipeline fill, semaphores).
-  double tensor_fixed_cycles = 64;
-  double vector_fixed_cycles = 64;
-  double scalar_fixed_cycles = 224;  // activation table access
-  double gpsimd_fixed_cycles = 64;
+  double min_ii_cycles = 64;
+  double gpsimd_fixed_cycles = 150;
 };
 
-const CostParameters& defaultCostParameters();
+// NeuronCore-v3 (Trainium2), the default, and NeuronCore-v2 (Trainium1:
+// 2.8 / 1.12 / 1.4 GHz, 820 GB/s HBM shared by 2 cores), whose figures the
+// NKI tutorials publish.
+const CostParameters& trainium2CostParameters();
+const CostParameters& trainium1CostParameters();
+const CostParameters& defaultCostParameters();  // Trainium2
 
 // Nanoseconds one instruction keeps its engine busy.
 double instructionCost(const Program& program, const Instruction& in,

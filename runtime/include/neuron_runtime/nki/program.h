@@ -84,7 +84,7 @@ enum class Op : uint8_t {
   kIota = 6,          // dst = src0 (an affine expression, buffer -1)
   kMemset = 7,        // dst = imm0
   kSelect = 8,        // dst = src0 != 0 ? src1 : src2
-  kAffineSelect = 9,  // dst = src2(affine) >= 0 ? src0 : imm0
+  kAffineSelect = 9,  // dst = alu0(src2 (affine), 0) ? src0 : imm0
   kBnStats = 10,      // dst[P,6] = (count, mean, M2, 0, 0, 0) of src0[P,F]
   kBnAggr = 11,       // dst[P,2] = (mean, var) of src0[P, 6k] stats
   kScan = 12,         // dst[:, j] = alu1(alu0(dst[:, j-1], src0), src1)
@@ -221,7 +221,6 @@ class Program {
 
  private:
   void checkStructure() const;
-  void checkInitialisedReads() const;
   void planMemory();
 
   std::vector<Buffer> buffers_;

@@ -1,0 +1,236 @@
+#include "neuron_runtime/nki/definedness.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "neuron_runtime/nki/access_rows.h"
+
+namespace neuron_rt {
+namespace nki {
+namespace {
+
+// Where undefined data in a buffer came from: the instruction that read
+// never-written memory (and which buffer that was).
+struct Origin {
+  int64_t instruction = -1;
+  int32_t loc = -1;
+  int32_t buffer = -1;
+};
+
+class DefinednessPass {
+ public:
+  explicit DefinednessPass(const Program& p)
+      : p_(p), shadow_(p.buffers().size()), origin_(p.buffers().size()) {}
+
+  void run() {
+    const auto& ins = p_.instructions();
+    for (size_t i = 0; i < ins.size(); ++i)
+      step(ins[i], static_cast<int64_t>(i));
+  }
+
+ private:
+  // 1 = defined. Buffers that start defined get their shadow on first write.
+  uint8_t* shadow(int32_t b) {
+    auto& s = shadow_[b];
+    if (s.empty()) {
+      const Buffer& buf = p_.buffers()[b];
+      s.assign(static_cast<size_t>(std::max<int64_t>(buf.elements, 1)),
+               buf.initialized ? 1 : 0);
+    }
+    return s.data();
+  }
+
+  // Reads of `a` at a row: AND into acc.
+  void andRow(const Access& a, int64_t off, int64_t n, uint8_t* acc,
+              Origin& from, int64_t i, int32_t loc) {
+    if (a.buffer < 0) return;  // an affine expression: always defined
+    const uint8_t* s = shadow(a.buffer);
+    const int64_t st = innerStride(a);
+    bool undefined = false;
+    for (int64_t k = 0; k < n; ++k) {
+      const uint8_t v = s[off + k * st];
+      acc[k] &= v;
+      undefined |= !v;
+    }
+    if (undefined && from.instruction < 0) {
+      const Origin& o = origin_[a.buffer];
+      from = o.instruction >= 0 ? o : Origin{i, loc, a.buffer};
+    }
+  }
+
+  void writeRow(const Access& a, int64_t off, int64_t n, const uint8_t* v) {
+    uint8_t* s = shadow(a.buffer);
+    const int64_t st = innerStride(a);
+    for (int64_t k = 0; k < n; ++k) s[off + k * st] = v[k];
+  }
+
+  // The result is undefined somewhere: remember why, and fail if it is
+  // memory the caller sees.
+  void taint(const Instruction& in, const Origin& from) {
+    const int32_t b = in.dst.buffer;
+    const Buffer& buf = p_.buffers()[b];
+    if (buf.external >= 0) {
+      const Origin& o = from;
+      throw ProgramError(
+          o.loc, o.instruction,
+          "reads memory that was never written ({buffer:" +
+              std::to_string(o.buffer) +
+              "}), and the values computed from it reach the kernel's "
+              "{buffer:" +
+              std::to_string(b) + "} through the store at {loc:" +
+              std::to_string(in.loc) + "} (uninitialized memory)");
+    }
+    if (origin_[b].instruction < 0) origin_[b] = from;
+  }
+
+  uint8_t* row(int k, int64_t n) {
+    auto& r = rows_[k];
+    if (static_cast<int64_t>(r.size()) < n) r.resize(static_cast<size_t>(n));
+    return r.data();
+  }
+
+  void step(const Instruction& in, int64_t i) {
+    if (in.dst.buffer < 0) return;
+    Origin from;
+    bool any_undefined = false;
+    switch (in.op) {
+      case Op::kMatmul: {
+        // dst[m, n] = AND_k st[k, m] & mv[k, n] (& dst when accumulating).
+        const Access &st = in.src[0], &mv = in.src[1], &d = in.dst;
+        const int64_t K = st.size[0], M = st.size[1], N = mv.size[1];
+        uint8_t* cm = row(0, M);
+        uint8_t* cn = row(1, N);
+        std::fill(cm, cm + M, 1);
+        std::fill(cn, cn + N, 1);
+        for (int64_t k = 0; k < K; ++k) {
+          andRow(st, st.offset + k * st.stride[0], M, cm, from, i, in.loc);
+          andRow(mv, mv.offset + k * mv.stride[0], N, cn, from, i, in.loc);
+        }
+        uint8_t* out = row(2, N);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) out[n] = cm[m] & cn[n];
+          const int64_t off = d.offset + m * d.stride[0];
+          if (in.flags & kFlagAccumulate)
+            andRow(d, off, N, out, from, i, in.loc);
+          for (int64_t n = 0; n < N; ++n) any_undefined |= !out[n];
+          writeRow(d, off, N, out);
+        }
+        break;
+      }
+      case Op::kReduce:
+      case Op::kBnStats:
+      case Op::kBnAggr:
+      case Op::kScan: {
+        // Each destination element depends on a set of source elements;
+        // conservatively: a source row (all reduced / scanned elements of a
+        // partition) decides the whole destination row of that partition.
+        const Access &s = in.src[0], &d = in.dst;
+        const int64_t P = d.ndim ? d.size[0] : 1;
+        for (int64_t p = 0; p < P; ++p) {
+          Access sp = s, dp = d;
+          if (s.ndim) {
+            sp.offset += p * s.stride[0];
+            sp.size[0] = 1;
+          }
+          if (d.ndim) {
+            dp.offset += p * d.stride[0];
+            dp.size[0] = 1;
+          }
+          uint8_t v = 1;
+          const Access* one[1] = {&sp};
+          forEachRow(sp, one, 1, [&](const int64_t* off, int64_t n) {
+            uint8_t* acc = row(0, n);
+            std::fill(acc, acc + n, 1);
+            andRow(sp, off[0], n, acc, from, i, in.loc);
+            for (int64_t k = 0; k < n; ++k) v &= acc[k];
+          });
+          if (in.op == Op::kScan && in.src[1].buffer >= 0) {
+            Access bp = in.src[1];
+            bp.offset += p * bp.stride[0];
+            bp.size[0] = 1;
+            const Access* b1[1] = {&bp};
+            forEachRow(bp, b1, 1, [&](const int64_t* off, int64_t n) {
+              uint8_t* acc = row(0, n);
+              std::fill(acc, acc + n, 1);
+              andRow(bp, off[0], n, acc, from, i, in.loc);
+              for (int64_t k = 0; k < n; ++k) v &= acc[k];
+            });
+          }
+          any_undefined |= !v;
+          const Access* dd[1] = {&dp};
+          forEachRow(dp, dd, 1, [&](const int64_t* off, int64_t n) {
+            uint8_t* out = row(1, n);
+            std::fill(out, out + n, v);
+            writeRow(dp, off[0], n, out);
+          });
+        }
+        break;
+      }
+      case Op::kTranspose: {
+        Access t = in.src[0];
+        std::swap(t.size[0], t.size[1]);
+        std::swap(t.stride[0], t.stride[1]);
+        const Access* acc[2] = {&in.dst, &t};
+        forEachRow(in.dst, acc, 2, [&](const int64_t* off, int64_t n) {
+          uint8_t* out = row(0, n);
+          std::fill(out, out + n, 1);
+          andRow(t, off[1], n, out, from, i, in.loc);
+          for (int64_t k = 0; k < n; ++k) any_undefined |= !out[k];
+          writeRow(in.dst, off[0], n, out);
+        });
+        break;
+      }
+      default: {
+        // Element-wise: position by position over the operands it reads.
+        bool reads[3] = {false, false, false};
+        switch (in.op) {
+          case Op::kCopy:
+          case Op::kAffineSelect:
+            reads[0] = true;
+            break;
+          case Op::kTensorTensor:
+            reads[0] = reads[1] = true;
+            break;
+          case Op::kTensorScalar:
+          case Op::kActivation:
+            reads[0] = true;
+            reads[1] = !(in.flags & kFlagOperand0Imm);
+            reads[2] = !(in.flags & kFlagOperand1Imm) &&
+                       (in.op == Op::kActivation || in.alu1 != Alu::kBypass);
+            break;
+          case Op::kSelect:
+            reads[0] = reads[1] = reads[2] = true;
+            break;
+          default:  // iota, memset
+            break;
+        }
+        const Access* acc[4] = {&in.dst, &in.src[0], &in.src[1], &in.src[2]};
+        forEachRow(in.dst, acc, 4, [&](const int64_t* off, int64_t n) {
+          uint8_t* out = row(0, n);
+          std::fill(out, out + n, 1);
+          for (int s = 0; s < 3; ++s)
+            if (reads[s])
+              andRow(in.src[s], off[s + 1], n, out, from, i, in.loc);
+          for (int64_t k = 0; k < n; ++k) any_undefined |= !out[k];
+          writeRow(in.dst, off[0], n, out);
+        });
+      }
+    }
+    if (any_undefined) taint(in, from);
+  }
+
+  const Program& p_;
+  std::vector<std::vector<uint8_t>> shadow_;
+  std::vector<Origin> origin_;
+  std::vector<uint8_t> rows_[3];
+};
+
+}  // namespace
+
+void checkDefinedness(const Program& program) {
+  DefinednessPass(program).run();
+}
+
+}  // namespace nki
+}  // namespace neuron_rt

@@ -1,0 +1,161 @@
+"""Element types of NKI tiles: ``nl.float32``, ``nl.bfloat16``, ... and how
+torch and NumPy types map to them (and to the simulator's codes)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class DType:
+    """An NKI element type. Compares equal to its name, its NumPy type and
+    its torch dtype, so kernels may test ``a.dtype == nl.bfloat16`` or pass
+    ``dtype=np.float32`` alike."""
+
+    __slots__ = ("name", "code", "itemsize", "is_float", "is_signed")
+
+    def __init__(self, name: str, code: int, itemsize: int, is_float: bool, is_signed: bool):
+        self.name = name
+        self.code = code
+        self.itemsize = itemsize
+        self.is_float = is_float
+        self.is_signed = is_signed
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DType):
+            return other.code == self.code
+        try:
+            return as_dtype(other).code == self.code
+        except (TypeError, ValueError):
+            return False
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    @property
+    def itemsize_bits(self) -> int:
+        return self.itemsize * 8
+
+
+float32 = DType("float32", 0, 4, True, True)
+bfloat16 = DType("bfloat16", 1, 2, True, True)
+float16 = DType("float16", 2, 2, True, True)
+float8_e4m3 = DType("float8_e4m3", 3, 1, True, True)
+float8_e5m2 = DType("float8_e5m2", 4, 1, True, True)
+int32 = DType("int32", 5, 4, False, True)
+uint32 = DType("uint32", 6, 4, False, False)
+int16 = DType("int16", 7, 2, False, True)
+uint16 = DType("uint16", 8, 2, False, False)
+int8 = DType("int8", 9, 1, False, True)
+uint8 = DType("uint8", 10, 1, False, False)
+bool_ = DType("bool", 11, 1, False, False)
+# The Tensor engine's fp32 mode with a 10-bit mantissa: stored as fp32.
+tfloat32 = float32
+
+ALL = (
+    float32,
+    bfloat16,
+    float16,
+    float8_e4m3,
+    float8_e5m2,
+    int32,
+    uint32,
+    int16,
+    uint16,
+    int8,
+    uint8,
+    bool_,
+)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME.update(
+    {
+        "float": float32,
+        "fp32": float32,
+        "bf16": bfloat16,
+        "half": float16,
+        "fp16": float16,
+        "float8_e4m3fn": float8_e4m3,
+        "float8e4": float8_e4m3,
+        "float8e5": float8_e5m2,
+        "bool_": bool_,
+        "tfloat32": float32,
+    }
+)
+
+
+def as_dtype(x) -> DType:
+    """The NKI type of ``x``: an NKI type, a name, a NumPy or torch type."""
+    if isinstance(x, DType):
+        return x
+    if x is None:
+        raise TypeError("a dtype is required")
+    if x is bool:
+        return bool_
+    if x is float:
+        return float32
+    if x is int:
+        return int32
+    name = getattr(x, "name", None) if not isinstance(x, str) else x
+    if name is None:
+        try:
+            name = np.dtype(x).name
+        except TypeError:
+            name = str(x)
+    name = str(name).replace("torch.", "")
+    d = _BY_NAME.get(name)
+    if d is None:
+        raise TypeError(f"NKI has no element type {x!r}")
+    return d
+
+
+def torch_dtype(d: DType):
+    import torch
+
+    return {
+        "float32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+        "float8_e4m3": torch.float8_e4m3fn,
+        "float8_e5m2": torch.float8_e5m2,
+        "int32": torch.int32,
+        "uint32": torch.uint32,
+        "int16": torch.int16,
+        "uint16": torch.uint16,
+        "int8": torch.int8,
+        "uint8": torch.uint8,
+        "bool": torch.bool,
+    }[d.name]
+
+
+def numpy_dtype(d: DType):
+    """The NumPy type for arrays of ``d`` (bfloat16 and fp8 need ml_dtypes)."""
+    if d.name in ("bfloat16", "float8_e4m3", "float8_e5m2"):
+        try:
+            import ml_dtypes
+        except ImportError as e:
+            raise TypeError(
+                f"NumPy has no {d.name}: install ml_dtypes to simulate kernels on {d.name} arrays"
+            ) from e
+        return {
+            "bfloat16": ml_dtypes.bfloat16,
+            "float8_e4m3": ml_dtypes.float8_e4m3fn,
+            "float8_e5m2": ml_dtypes.float8_e5m2,
+        }[d.name]
+    return np.dtype("bool" if d.name == "bool" else d.name)
+
+
+def promote(a: DType, b: DType) -> DType:
+    """The result type of a binary op on tiles of types a and b (NKI widens
+    to the wider float; float beats int)."""
+    if a == b:
+        return a
+    if a.is_float != b.is_float:
+        return a if a.is_float else b
+    if a.is_float:
+        order = [float8_e5m2, float8_e4m3, bfloat16, float16, float32]
+        if {a.name, b.name} == {"bfloat16", "float16"}:
+            return float32
+        return max(a, b, key=order.index)
+    return a if a.itemsize >= b.itemsize else b

@@ -1,0 +1,466 @@
+"""NKI kernels: ``@nki.jit``, launch grids, the trace cache, and running a
+traced kernel on neuron tensors (one work item on the current stream), on CPU
+tensors and on NumPy arrays (on the calling thread).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes as dt
+from . import tracer as tr
+from .errors import NKIError
+from .profile import KernelProfile
+from .typing import TensorSpec, is_mutable_annotation
+
+
+@dataclass
+class _ArgInfo:
+    kind: str  # "tensor" or "const"
+    shape: tuple = ()
+    dtype: dt.DType | None = None
+    strides: tuple = ()
+
+
+@dataclass
+class CompiledKernel:
+    """A traced kernel: its simulator program and what its results are."""
+
+    name: str
+    program: object  # torch_neuronx._C._NkiProgram
+    num_args: int
+    outputs: list  # (shape, DType) per result buffer
+    prints: list  # (prefix, constant, print index)
+    result: object  # the kernel's return structure; ("out", k) / ("arg", k) leaves
+    trace_locs: list = field(default_factory=list)
+    _profiles: dict = field(default_factory=dict)
+
+    def profile(self, target: str = "trn2") -> KernelProfile:
+        p = self._profiles.get(target)
+        if p is None:
+            p = KernelProfile.from_dict(
+                self.name, target, self.program.profile(target), self.program.num_instructions
+            )
+            self._profiles[target] = p
+        return p
+
+
+def _c():
+    from .. import _C
+
+    return _C
+
+
+class Kernel:
+    """A function decorated with ``@nki.jit``: call it on neuron tensors
+    (``kernel(a, b)``), with a launch grid (``kernel[2, 3](a, b)``), or on
+    NumPy arrays."""
+
+    def __init__(self, fn, *, mode: str = "auto", outputs_in_args: bool = False, **options):
+        if isinstance(fn, Kernel):
+            fn = fn.fn
+        self.fn = fn
+        self.mode = mode
+        self.options = options
+        # Older kernels take their outputs as arguments and write them
+        # (nki.baremetal, nki.simulate_kernel): arguments are writable then.
+        self.outputs_in_args = outputs_in_args
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+        self.last_profile: KernelProfile | None = None
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<nki kernel {self.fn.__qualname__}>"
+
+    def __getitem__(self, grid) -> GridLaunch:
+        return GridLaunch(self, _grid_tuple(grid))
+
+    def __call__(self, *args, **kwargs):
+        return launch(self, (), args, kwargs)
+
+
+class GridLaunch:
+    """``kernel[g0, g1]``: a kernel bound to an SPMD launch grid."""
+
+    def __init__(self, kernel: Kernel, grid: tuple):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, **kwargs):
+        return launch(self.kernel, self.grid, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"{self.kernel!r}[{', '.join(map(str, self.grid))}]"
+
+
+def _grid_tuple(grid) -> tuple:
+    if not isinstance(grid, tuple):
+        grid = (grid,)
+    out = []
+    for g in grid:
+        n = getattr(g, "n", g)  # nl.nc(2)
+        out.append(int(n))
+    if any(g <= 0 for g in out):
+        raise NKIError(f"launch grid sizes must be positive, got {out}")
+    return tuple(out)
+
+
+def as_kernel(k) -> tuple[Kernel, tuple]:
+    if isinstance(k, GridLaunch):
+        return k.kernel, k.grid
+    if isinstance(k, Kernel):
+        return k, ()
+    if callable(k):
+        return Kernel(k), ()
+    raise TypeError(f"expected an NKI kernel, got {type(k).__name__}")
+
+
+# Arguments --------------------------------------------------------------------
+def _is_torch_tensor(x) -> bool:
+    return (
+        type(x).__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "stride")
+    )
+
+
+def _describe(x) -> _ArgInfo:
+    if isinstance(x, np.ndarray):
+        item = x.dtype.itemsize
+        if any(s % item for s in x.strides) or any(s < 0 for s in x.strides):
+            raise NKIError("NumPy arguments need non-negative strides in whole elements")
+        return _ArgInfo(
+            "tensor", tuple(x.shape), dt.as_dtype(x.dtype), tuple(s // item for s in x.strides)
+        )
+    if _is_torch_tensor(x):
+        if x.is_sparse or x.layout.__repr__() != "torch.strided":
+            raise NKIError("NKI kernels take strided (dense) tensors")
+        return _ArgInfo("tensor", tuple(x.shape), dt.as_dtype(x.dtype), tuple(x.stride()))
+    if isinstance(x, TensorSpec):
+        shape = tuple(x.shape)
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= s
+        return _ArgInfo("tensor", shape, x.dtype, tuple(reversed(strides)))
+    return _ArgInfo("const")
+
+
+def _const_key(x):
+    try:
+        hash(x)
+        return ("v", type(x).__name__, x)
+    except TypeError:
+        return ("id", id(x))
+
+
+def _param_mutability(fn, names) -> dict:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for n in names:
+        p = sig.parameters.get(n)
+        out[n] = p is not None and is_mutable_annotation(p.annotation)
+    return out
+
+
+# Tracing ------------------------------------------------------------------
+def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> CompiledKernel:
+    fn = kernel.fn
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{fn.__qualname__}: {e}") from None
+    bound.apply_defaults()
+    names = list(bound.arguments)
+    mutable = _param_mutability(fn, names)
+    t = tr.Trace(grid)
+    prev = getattr(tr._state, "trace", None)
+    tr._state.trace = t
+    try:
+        views = {}
+        arg_order = []
+        for name, value in bound.arguments.items():
+            info = _describe(value)
+            if info.kind == "tensor":
+                v = t.argument(
+                    info.dtype,
+                    info.shape,
+                    info.strides,
+                    name,
+                    mutable=mutable.get(name, False) or kernel.outputs_in_args,
+                )
+                views[name] = v
+                arg_order.append(name)
+        for n, v in views.items():
+            bound.arguments[n] = v
+        result = None
+        ids = list(itertools.product(*(range(g) for g in grid))) if grid else [()]
+        for k, pid in enumerate(ids):
+            t.program_id = pid
+            t.shared_counter = 0
+            ret = fn(*bound.args, **bound.kwargs)
+            if k == 0:
+                result = ret
+        outputs: list = []
+        structure = _result_structure(result, t, views, arg_order, outputs)
+        next_ext = t.externals
+        for b in outputs:
+            b.external = next_ext
+            b.kind = "output"
+            next_ext += 1
+        prints = []
+        for prefix, const, buf in t.prints:
+            if buf is None:
+                prints.append((prefix, const, None))
+            else:
+                buf.external = next_ext
+                prints.append((prefix, None, (next_ext, buf.shape, buf.dtype)))
+                next_ext += 1
+        program = _build(t, next_ext)
+    finally:
+        tr._state.trace = prev
+    return CompiledKernel(
+        name=fn.__name__,
+        program=program,
+        num_args=t.externals,
+        outputs=[(b.shape, b.dtype) for b in outputs],
+        prints=prints,
+        result=structure,
+        trace_locs=t.locs,
+    )
+
+
+def _result_structure(ret, t: tr.Trace, views, arg_order, outputs):
+    if ret is None:
+        return None
+    if isinstance(ret, tr.View):
+        b = ret.buf
+        if b.kind == "input":
+            return ("arg", arg_order.index(next(n for n, v in views.items() if v.buf is b)))
+        if b.space != tr.HBM:
+            raise tr.error(
+                "a kernel returns tensors in HBM (allocate its results with "
+                "nl.ndarray(..., buffer=nl.shared_hbm)), not an on-chip tile",
+                "result",
+            )
+        if not ret.covers_buffer():
+            raise tr.error("a kernel returns whole tensors, not views of them", "result")
+        if b not in outputs:
+            outputs.append(b)
+        return ("out", outputs.index(b))
+    if isinstance(ret, (tuple, list)):
+        return type(ret)(_result_structure(r, t, views, arg_order, outputs) for r in ret)
+    if isinstance(ret, dict):
+        return {k: _result_structure(v, t, views, arg_order, outputs) for k, v in ret.items()}
+    return ("const", ret)
+
+
+def _build(t: tr.Trace, externals: int):
+    bw = []
+    for b in t.buffers:
+        space = b.space
+        if space == tr.HBM:
+            parts, per = 0, 0
+        else:
+            parts = b.shape[0]
+            per = (b.elements // max(parts, 1)) * b.dtype.itemsize
+        bw += [
+            space,
+            b.dtype.code,
+            b.elements,
+            parts,
+            per,
+            b.external,
+            int(b.initialized),
+            b.loc if b.loc is not None else -1,
+        ]
+    C = _c()
+    try:
+        return C._NkiProgram(
+            np.asarray(bw, dtype=np.int64).reshape(-1),
+            np.asarray(t.words, dtype=np.int64).reshape(-1),
+            np.asarray(t.imms, dtype=np.float64).reshape(-1),
+            externals,
+        )
+    except C._NkiProgramError as e:
+        raise _program_error(e, t) from None
+
+
+def _program_error(e, t: tr.Trace) -> NKIError:
+    msg = str(e)
+    import re
+
+    def buf(m):
+        k = int(m.group(1))
+        return t.buffers[k].describe(t) if 0 <= k < len(t.buffers) else f"buffer {k}"
+
+    def loc(m):
+        k = int(m.group(1))
+        if 0 <= k < len(t.locs):
+            f, line, _ = t.locs[k]
+            return f"{os.path.basename(f)}:{line}"
+        return "?"
+
+    msg = re.sub(r"\{buffer:(-?\d+)\}", buf, msg)
+    msg = re.sub(r"\{loc:(-?\d+)\}", loc, msg)
+    limit = None
+    for key, name in (
+        ("capacity", None),
+        ("never written", "uninitialized-read"),
+        ("reaches elements", "out-of-bounds"),
+    ):
+        if key in msg:
+            limit = name or ("sbuf-capacity" if "SBUF" in msg else "psum-capacity")
+    lid = getattr(e, "loc", -1)
+    if 0 <= lid < len(t.locs):
+        f, line, _ = t.locs[lid]
+        return NKIError(msg, filename=f, lineno=line, limit=limit)
+    return NKIError(msg, limit=limit)
+
+
+# Launching ----------------------------------------------------------------
+def _arg_key(x):
+    info = _describe(x)
+    if info.kind == "tensor":
+        return ("t", info.shape, info.dtype.code, info.strides)
+    return _const_key(x)
+
+
+def _signature_key(grid, args, kwargs):
+    return (
+        grid,
+        tuple(_arg_key(x) for x in args),
+        tuple((name, _arg_key(kwargs[name])) for name in sorted(kwargs)),
+    )
+
+
+def compiled_for(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> CompiledKernel:
+    key = _signature_key(grid, args, kwargs)
+    with kernel._lock:
+        ck = kernel._cache.get(key)
+    if ck is None:
+        ck = trace_kernel(kernel, grid, args, kwargs)
+        with kernel._lock:
+            kernel._cache[key] = ck
+    return ck
+
+
+def launch(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict):
+    # A kernel called from inside another kernel is inlined (sub-kernels).
+    if getattr(tr._state, "trace", None) is not None:
+        return kernel.fn(*args, **kwargs)
+    ck = compiled_for(kernel, grid, args, kwargs)
+    kernel.last_profile = ck.profile()
+    # Bind in the kernel's parameter order (keyword tensors included).
+    bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    tensors = [v for v in bound.arguments.values() if _describe(v).kind == "tensor"]
+    if any(isinstance(x, TensorSpec) for x in tensors):
+        raise NKIError(
+            "tensor specs (nt.tensor[...]) have no data to run on; use "
+            "nki.benchmark or torch_neuronx.nki.estimate for them"
+        )
+    if tensors and all(_is_torch_tensor(x) for x in tensors):
+        return _run_torch(ck, tensors)
+    if all(isinstance(x, np.ndarray) for x in tensors):
+        return _run_numpy(ck, tensors)
+    raise NKIError(
+        "an NKI kernel takes either torch tensors (all on one device) or NumPy arrays, not a mix"
+    )
+
+
+def _unflatten(structure, outs, args):
+    if structure is None:
+        return None
+    if (
+        isinstance(structure, tuple)
+        and len(structure) == 2
+        and structure[0] in ("out", "arg", "const")
+    ):
+        kind, k = structure
+        return outs[k] if kind == "out" else args[k] if kind == "arg" else k
+    if isinstance(structure, (tuple, list)):
+        return type(structure)(_unflatten(s, outs, args) for s in structure)
+    if isinstance(structure, dict):
+        return {k: _unflatten(v, outs, args) for k, v in structure.items()}
+    return structure
+
+
+def _run_numpy(ck: CompiledKernel, arrays):
+    outs = [np.empty(shape, dtype=dt.numpy_dtype(d)) for shape, d in ck.outputs]
+    prints = [
+        np.empty(p[2][1], dtype=dt.numpy_dtype(p[2][2])) for p in ck.prints if p[2] is not None
+    ]
+    addrs = (
+        [a.ctypes.data for a in arrays]
+        + [o.ctypes.data for o in outs]
+        + [p.ctypes.data for p in prints]
+    )
+    ck.program.run_host(addrs)
+    _show_prints(ck, prints)
+    return _unflatten(ck.result, outs, arrays)
+
+
+def _show_prints(ck, values):
+    it = iter(values)
+    for prefix, const, spec in ck.prints:
+        print(prefix, const if spec is None else np.asarray(next(it)))
+
+
+def _run_torch(ck: CompiledKernel, tensors):
+    import torch
+
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise NKIError(
+            f"an NKI kernel's tensors must be on one device, got {sorted(map(str, devices))}"
+        )
+    device = tensors[0].device
+    outs = [torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs]
+    prints = [
+        torch.empty(p[2][1], dtype=dt.torch_dtype(p[2][2]), device=device)
+        for p in ck.prints
+        if p[2] is not None
+    ]
+    addrs = (
+        [t.data_ptr() for t in tensors]
+        + [o.data_ptr() for o in outs]
+        + [p.data_ptr() for p in prints]
+    )
+    if device.type == "cpu":
+        ck.program.run_host(addrs)
+    elif device.type == "neuron":
+        ck.program.launch(
+            addrs,
+            device.index if device.index is not None else torch.neuron.current_device(),
+            f"nki::{ck.name}",
+        )
+    else:
+        raise NKIError(f"NKI kernels run on neuron (or CPU) tensors, not {device.type}")
+    if prints:
+        _show_prints(
+            ck,
+            [
+                p.cpu().float().numpy()
+                if p.dtype not in (torch.int32, torch.bool)
+                else p.cpu().numpy()
+                for p in prints
+            ],
+        )
+    return _unflatten(ck.result, outs, tensors)
+
+
+def jit(func=None, *, mode: str = "auto", **kwargs):
+    """``@nki.jit`` / ``@nki.jit(mode=...)``: makes an NKI kernel."""
+    if func is None:
+        return lambda f: Kernel(f, mode=mode, **kwargs)
+    return Kernel(func, mode=mode, **kwargs)

@@ -1,0 +1,544 @@
+"""``neuronxcc.nki.isa``: the NeuronCore instructions in the original NKI
+form, where each call returns a new tile (``c = nisa.nc_matmul(a, b)``).
+
+``nki.isa`` (isa.py) has the current, destination-first form; it is built on
+these.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from . import dtypes as _dt
+from . import language as nl
+from . import tracer as _tr
+from .errors import NKIError
+from .indexing import Expr, Pred
+from .tracer import HBM, PSUM, SBUF, View, current, error, user_location
+
+
+class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    vector = 5
+    sync = 6
+    dma = 7
+
+
+unknown_engine = engine.unknown
+tensor_engine = engine.tensor
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+vector_engine = engine.vector
+dma_engine = engine.dma
+sync_engine = engine.sync
+
+
+class oob_mode(enum.IntEnum):  # noqa: N801
+    error = 0
+    skip = 1
+
+
+class dge_mode(enum.IntEnum):  # noqa: N801
+    none = 0
+    swdge = 1
+    hwdge = 2
+    unknown = 3
+
+
+class reduce_cmd(enum.IntEnum):  # noqa: N801
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class nc_version(enum.IntEnum):  # noqa: N801
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+class matmul_perf_mode(enum.IntEnum):  # noqa: N801
+    none = 0
+    double_row = 1
+
+
+def get_nc_version() -> nc_version:
+    """The simulated core: NeuronCore-v3 (Trainium2)."""
+    return nc_version.gen3
+
+
+NkiValidationError = NKIError
+
+_ENGINE_NAMES = {
+    engine.tensor: "tensor",
+    engine.scalar: "scalar",
+    engine.gpsimd: "gpsimd",
+    engine.vector: "vector",
+    engine.dma: "dma",
+}
+
+
+def _engine(e, default: str) -> str:
+    if e is None or e == engine.unknown:
+        return default
+    return _ENGINE_NAMES.get(engine(int(e)), default)
+
+
+def _imm_or_tile(x, shape, loc):
+    """A scalar operand: an immediate, or a (P, 1) tile broadcast along the
+    free dims. Returns (is_immediate, value_or_view)."""
+    if nl._is_scalar(x):
+        return True, float(x)
+    if isinstance(x, View):
+        x = nl._on_chip(x, "scalar operand", loc)
+        return False, nl._bcast(x, shape)
+    raise error(f"expected a scalar or a (P, 1) tile, got {type(x).__name__}", "operand", loc)
+
+
+# Tensor engine ------------------------------------------------------------------
+def nc_matmul(
+    stationary,
+    moving,
+    *,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    tile_position=(),
+    tile_size=(),
+    mask=None,
+    perf_mode=None,
+    **kwargs,
+) -> View:
+    """stationary[K, M]^T @ moving[K, N] into a new PSUM fp32 tile [M, N]."""
+    loc = user_location()
+    if is_transpose:
+        return nc_transpose(stationary, engine=engine.tensor)
+    return nl._matmul(stationary, moving, loc)
+
+
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> View:
+    loc = user_location()
+    if _engine(engine, "tensor") == "vector":
+        data = nl._flatten_free(nl._on_chip(data, "nc_transpose", loc), loc)
+        P, F = data.shape
+        if P > 32 or F > 32:
+            raise error(
+                f"a Vector-engine transpose takes at most [32, 32], got {[P, F]}",
+                "transpose-limit",
+                loc,
+            )
+        out = nl._new_tile((F, P), dtype or data.dtype, loc)
+        t = View(data.buf, data.offset, (F, P), (data.strides[1], data.strides[0]))
+        data.verify(loc=loc)
+        current().emit("copy", "vector", out, [t], loc=loc)
+        return out
+    return nl._transpose_pe(data, dtype, loc)
+
+
+# Vector / Scalar / GpSimd ------------------------------------------------------------
+def tensor_tensor(
+    data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, **kwargs
+) -> View:
+    loc = user_location()
+    a = nl._on_chip(data1, "tensor_tensor", loc)
+    b = nl._on_chip(data2, "tensor_tensor", loc)
+    if a.buf.space == PSUM and b.buf.space == PSUM:
+        raise error("tensor_tensor cannot read both operands from PSUM", "buffer", loc)
+    code = nl._alu_code(op, loc)
+    shape = nl._tile_shape(a.shape, b.shape)
+    out = nl._new_tile(shape, nl._result_dtype(dtype, a, b), loc)
+    default = "gpsimd" if code == nl.ALU["power"] else "vector"
+    nl._emit(
+        "tensor_tensor",
+        _engine(engine, default),
+        out,
+        [nl._bcast(a, shape), nl._bcast(b, shape)],
+        mask=mask,
+        loc=loc,
+        alu0=code,
+    )
+    return out
+
+
+def tensor_scalar(
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    *,
+    dtype=None,
+    mask=None,
+    engine=engine.unknown,
+    **kwargs,
+) -> View:
+    loc = user_location()
+    x = nl._on_chip(data, "tensor_scalar", loc)
+    out = nl._new_tile(x.shape, dtype or x.dtype, loc)
+    flags = 0
+    srcs = [x, None, None]
+    imm = [0.0, 0.0]
+    if operand0 is None:
+        operand0 = 0.0
+    is_imm, v = _imm_or_tile(operand0, x.shape, loc)
+    if is_imm:
+        flags |= _tr.FLAG_OPERAND0_IMM
+        imm[0] = v
+    else:
+        srcs[1] = v
+    alu1 = 0
+    if op1 is not None:
+        alu1 = nl._alu_code(op1, loc)
+        is_imm, v = _imm_or_tile(0.0 if operand1 is None else operand1, x.shape, loc)
+        if is_imm:
+            flags |= _tr.FLAG_OPERAND1_IMM
+            imm[1] = v
+        else:
+            srcs[2] = v
+    else:
+        flags |= _tr.FLAG_OPERAND1_IMM
+    if reverse0:
+        flags |= _tr.FLAG_REVERSE0
+    if reverse1:
+        flags |= _tr.FLAG_REVERSE1
+    name = nl._op_name(op0)
+    if name in nl.ACT and name not in nl.ALU:  # a unary op0 (nl.abs, nl.rsqrt)
+        tmp = nl._unary(name, x, None, mask, loc, engine=_engine(engine, "vector"))
+        if op1 is None:
+            return tmp
+        return tensor_scalar(tmp, op1, operand1, reverse1, dtype=dtype, mask=mask)
+    nl._emit(
+        "tensor_scalar",
+        _engine(engine, "vector"),
+        out,
+        srcs,
+        mask=mask,
+        loc=loc,
+        alu0=nl._alu_code(op0, loc),
+        alu1=alu1,
+        flags=flags,
+        imm=tuple(imm),
+    )
+    return out
+
+
+def scalar_tensor_tensor(
+    *,
+    data,
+    op0,
+    operand0,
+    op1,
+    operand1,
+    reverse0=False,
+    reverse1=False,
+    dtype=None,
+    mask=None,
+    **kwargs,
+) -> View:
+    tmp = tensor_scalar(data, op0, operand0, reverse0, dtype=_dt.float32, mask=mask)
+    if reverse1:
+        return tensor_tensor(operand1, tmp, op1, dtype=dtype or data.dtype, mask=mask)
+    return tensor_tensor(tmp, operand1, op1, dtype=dtype or data.dtype, mask=mask)
+
+
+def activation(
+    op,
+    data,
+    *,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> View:
+    """``op(data * scale + bias)`` on the Scalar engine; with ``reduce_res``
+    also the sum along the free dims into it."""
+    loc = user_location()
+    x = nl._on_chip(data, "activation", loc)
+    code = nl._act_code(op, loc)
+    out = nl._new_tile(x.shape, dtype or x.dtype, loc)
+    flags = 0
+    srcs = [x, None, None]
+    imm = [1.0, 0.0]
+    is_imm, v = _imm_or_tile(scale, x.shape, loc)
+    if is_imm:
+        flags |= _tr.FLAG_OPERAND0_IMM
+        imm[0] = v
+    else:
+        srcs[1] = v
+    if bias is None:
+        flags |= _tr.FLAG_OPERAND1_IMM
+    else:
+        is_imm, v = _imm_or_tile(bias, x.shape, loc)
+        if is_imm:
+            flags |= _tr.FLAG_OPERAND1_IMM
+            imm[1] = v
+        else:
+            srcs[2] = v
+    nl._emit(
+        "activation", "scalar", out, srcs, mask=mask, loc=loc, act=code, flags=flags, imm=tuple(imm)
+    )
+    if reduce_res is not None:
+        _reduce_into(reduce_res, reduce_op or nl.add, out, mask, loc)
+    return out
+
+
+def activation_reduce(
+    op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs
+) -> View:
+    return activation(
+        op,
+        data,
+        bias=bias,
+        scale=scale,
+        reduce_op=reduce_op,
+        reduce_res=reduce_res,
+        mask=mask,
+        dtype=dtype,
+    )
+
+
+def _reduce_into(res: View, op, x: View, mask, loc) -> None:
+    r = nl._reduce(
+        nl._alu_code(op, loc),
+        x,
+        list(range(1, x.ndim)),
+        _dt.float32,
+        mask,
+        True,
+        loc=loc,
+        engine="scalar",
+    )
+    nl._assign(res, r.reshape(res.shape) if r.shape != res.shape and r.size == res.size else r, loc)
+
+
+def tensor_reduce(
+    op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs
+) -> View:
+    loc = user_location()
+    return nl._reduce(
+        nl._alu_code(op, loc), data, axis, dtype, mask, keepdims, negate=negate, loc=loc
+    )
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs) -> View:
+    loc = user_location()
+    return nl._reduce(nl._alu_code(op, loc), data, [0], dtype, mask, True, loc=loc, engine="gpsimd")
+
+
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> View:
+    loc = user_location()
+    x = nl._on_chip(src, "tensor_copy", loc)
+    out = nl._new_tile(x.shape, dtype or x.dtype, loc)
+    nl._emit("copy", _engine(engine, "vector"), out, [x], mask=mask, loc=loc)
+    return out
+
+
+def tensor_tensor_scan(
+    data0,
+    data1,
+    initial,
+    op0,
+    op1,
+    reverse0=False,
+    reverse1=False,
+    *,
+    dtype=None,
+    mask=None,
+    **kwargs,
+) -> View:
+    loc = user_location()
+    a = nl._flatten_free(nl._on_chip(data0, "tensor_tensor_scan", loc), loc)
+    b = nl._flatten_free(nl._on_chip(data1, "tensor_tensor_scan", loc), loc)
+    if not nl._is_scalar(initial):
+        raise error(
+            "tensor_tensor_scan: only a scalar initial value is supported here", "operand", loc
+        )
+    out = nl._new_tile(a.shape, dtype or a.dtype, loc)
+    nl._emit(
+        "scan",
+        "vector",
+        out,
+        [a, b],
+        mask=mask,
+        loc=loc,
+        alu0=nl._alu_code(op0, loc),
+        alu1=nl._alu_code(op1, loc),
+        imm=(float(initial),),
+    )
+    return out
+
+
+def iota(expr, dtype, *, mask=None, **kwargs) -> View:
+    """A tile holding the values of an index expression."""
+    loc = user_location()
+    if not isinstance(expr, Expr):
+        raise error("iota takes an index expression (of nl.arange / nl.mgrid)", "operand", loc)
+    shape = expr.shape if expr.ndim >= 2 else (expr.shape + (1,))
+    e = expr.broadcast_to(shape) if expr.ndim >= 2 else Expr(shape, expr.base, expr.coef + (0,))
+    out = nl._new_tile(shape, dtype, loc)
+    nl._emit("iota", "gpsimd", out, [e], mask=mask, loc=loc)
+    return out
+
+
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -> View:
+    loc = user_location()
+    shape = tuple(int(s) for s in shape)
+    out = nl._new_tile(shape, dtype, loc)
+    nl._emit("memset", _engine(engine, "vector"), out, (), mask=mask, loc=loc, imm=(float(value),))
+    return out
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs) -> View:
+    """``pred ? on_true_tile : on_false_value`` where pred is an affine
+    comparison of indices (a causal mask)."""
+    loc = user_location()
+    x = nl._on_chip(on_true_tile, "affine_select", loc)
+    if not isinstance(pred, Pred):
+        raise error("affine_select takes a comparison of index expressions as pred", "operand", loc)
+    if len(pred.terms) == 1:
+        expr, cmp = pred.terms[0], nl.ALU["greater_equal"]
+    elif len(pred.terms) == 2 and pred.terms[0].coef == tuple(-c for c in pred.terms[1].coef):
+        expr, cmp = pred.terms[0], nl.ALU["equal"]
+    else:
+        raise error(
+            "affine_select takes one comparison (no &); use nl.where to combine", "operand", loc
+        )
+    try:
+        expr = expr.broadcast_to(x.shape)
+    except IndexError:
+        raise error(
+            f"the predicate's shape {list(expr.shape)} does not match the tile {list(x.shape)}",
+            "shape",
+            loc,
+        ) from None
+    out = nl._new_tile(x.shape, dtype or x.dtype, loc)
+    nl._emit(
+        "affine_select",
+        "gpsimd",
+        out,
+        [x, None, expr],
+        mask=mask,
+        loc=loc,
+        alu0=cmp,
+        imm=(float(on_false_value),),
+    )
+    return out
+
+
+def select(predicate, on_true, on_false, *, mask=None, dtype=None, **kwargs) -> View:
+    return nl.where(predicate, on_true, on_false, dtype=dtype, mask=mask)
+
+
+def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> View:
+    loc = user_location()
+    x = nl._flatten_free(nl._on_chip(data, "bn_stats", loc), loc)
+    box = _tr.mask_box(mask, x.shape, loc)
+    if box is None:
+        raise error("the mask of bn_stats keeps no element", "mask", loc)
+    x = x.sub(*box)
+    if x.shape[1] > nl.tile_size.bn_stats_fmax:
+        raise error(
+            f"bn_stats takes at most {nl.tile_size.bn_stats_fmax} elements per "
+            f"partition (nl.tile_size.bn_stats_fmax), got {x.shape[1]}",
+            "bn-stats-limit",
+            loc,
+        )
+    out = nl._new_tile((x.shape[0], 6), dtype or _dt.float32, loc)
+    x.verify(loc=loc)
+    current().emit("bn_stats", "vector", out, [x], loc=loc)
+    return out
+
+
+def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> View:
+    loc = user_location()
+    x = nl._flatten_free(nl._on_chip(data, "bn_aggr", loc), loc)
+    if x.shape[1] % 6:
+        raise error("bn_aggr takes the [P, 6k] output of bn_stats", "shape", loc)
+    out = nl._new_tile((x.shape[0], 2), dtype or _dt.float32, loc)
+    x.verify(loc=loc)
+    current().emit("bn_aggr", "vector", out, [x], loc=loc)
+    return out
+
+
+def reciprocal(data, *, dtype=None, mask=None, engine=engine.unknown, **kwargs) -> View:
+    return nl._unary(
+        "reciprocal", data, dtype, mask, user_location(), engine=_engine(engine, "vector")
+    )
+
+
+def max8(*, src, mask=None, dtype=None, **kwargs):
+    raise NKIError("nisa.max8 is not supported by the torch-neuronx simulator yet")
+
+
+# DMA ----------------------------------------------------------------------
+def dma_copy(
+    *args,
+    dst=None,
+    src=None,
+    mask=None,
+    dst_rmw_op=None,
+    oob_mode=oob_mode.error,
+    dge_mode=dge_mode.unknown,
+    **kwargs,
+) -> None:
+    """Copies ``src`` to ``dst`` on a DMA queue (any of HBM/SBUF both ways).
+    ``oob_mode=nisa.oob_mode.skip`` skips out-of-range elements;
+    ``dst_rmw_op=np.add`` accumulates into ``dst``. The original positional
+    form is ``dma_copy(src, dst)``."""
+    if args:
+        src, dst = (args + (None, None))[:2] if src is None and dst is None else (src, dst)
+    _dma(dst, src, mask, dst_rmw_op, oob_mode, user_location())
+
+
+def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
+    if not isinstance(dst, View) or not isinstance(src, View):
+        raise error("dma_copy copies between kernel tensors and tiles", "operand", loc)
+    if dst.size != src.size:
+        raise error(
+            f"dma_copy: source has {src.size} elements, destination {dst.size}", "shape", loc
+        )
+    if src.shape != dst.shape:
+        src = (
+            nl._bcast(src, dst.shape)
+            if nl._tile_shape(src.shape, dst.shape) == dst.shape
+            else src.reshape(dst.shape)
+        )
+    skip = int(mode) == int(oob_mode.skip)
+    if dst_rmw_op is not None:
+        nl._emit(
+            "tensor_tensor",
+            "dma",
+            dst,
+            [dst, src],
+            mask=mask,
+            loc=loc,
+            alu0=nl._alu_code(dst_rmw_op, loc),
+            oob_skip=skip,
+        )
+    else:
+        nl._emit("copy", "dma", dst, [src], mask=mask, loc=loc, oob_skip=skip)
+
+
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs) -> View:
+    loc = user_location()
+    src = nl._flatten_free(src, loc) if src.ndim != 2 else src
+    out = nl._new_tile((src.shape[1], src.shape[0]), dtype or src.dtype, loc)
+    t = View(src.buf, src.offset, (src.shape[1], src.shape[0]), (src.strides[1], src.strides[0]))
+    src.verify(loc=loc)
+    nl._emit("copy", "dma", out, [t], mask=mask, loc=loc)
+    return out
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "enum", "np")]
+_ = (HBM, SBUF)

@@ -1,0 +1,811 @@
+"""Tracing an NKI kernel into a tile program.
+
+The kernel runs once per (argument shapes, dtypes, grid, constants) with every
+loop unrolled: each ``nl``/``nisa`` call appends instructions over affine
+access patterns of buffers (kernel arguments and results in HBM, tiles in
+SBUF and PSUM). The records go to the C++ simulator (``runtime/nki``) as flat
+integer arrays; it checks the whole program, plans its memory, estimates its
+cost and runs it.
+
+Everything a single call can check (shapes, partition and matmul limits,
+dtype rules, bounds, writes to immutable inputs) is checked here, at the
+call, so that the error names the kernel line that made it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+
+from . import dtypes as dt
+from .errors import NKIError
+from .indexing import DynSlice, Expr, Pred, broadcast_shapes
+
+HBM, SBUF, PSUM = 0, 1, 2
+SPACE_NAMES = {HBM: "hbm", SBUF: "sbuf", PSUM: "psum"}
+MAX_DIMS = 5
+PMAX = 128
+SBUF_BYTES_PER_PARTITION = 192 * 1024
+PSUM_BANK_BYTES = 2 * 1024
+
+# Instruction opcodes, engines, ALU ops and activation functions: the values
+# of runtime/include/neuron_runtime/nki/program.h.
+OP = {
+    "copy": 0,
+    "tensor_tensor": 1,
+    "tensor_scalar": 2,
+    "activation": 3,
+    "reduce": 4,
+    "matmul": 5,
+    "iota": 6,
+    "memset": 7,
+    "select": 8,
+    "affine_select": 9,
+    "bn_stats": 10,
+    "bn_aggr": 11,
+    "scan": 12,
+    "transpose": 13,
+}
+ENGINE = {"dma": 0, "tensor": 1, "vector": 2, "scalar": 3, "gpsimd": 4}
+ENGINE_NAMES = {v: k for k, v in ENGINE.items()}
+FLAG_ACCUMULATE, FLAG_REVERSE0, FLAG_REVERSE1 = 1, 2, 4
+FLAG_OPERAND0_IMM, FLAG_OPERAND1_IMM, FLAG_NEGATE = 8, 16, 32
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_state = threading.local()
+
+
+def current() -> Trace:
+    t = getattr(_state, "trace", None)
+    if t is None:
+        raise NKIError(
+            "NKI language functions can only be called while a kernel runs "
+            "(inside a function decorated with @nki.jit)"
+        )
+    return t
+
+
+def user_location() -> tuple[str, int, str]:
+    """The innermost stack frame outside this package: the kernel's line."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back
+    if f is None:
+        return ("<unknown>", 0, "<unknown>")
+    return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+
+
+def error(message: str, limit: str | None = None, loc=None) -> NKIError:
+    filename, lineno, _ = loc or user_location()
+    return NKIError(message, filename=filename, lineno=lineno, limit=limit)
+
+
+class Buf:
+    """A buffer of the tile program."""
+
+    __slots__ = (
+        "index",
+        "space",
+        "dtype",
+        "shape",
+        "name",
+        "loc",
+        "external",
+        "initialized",
+        "mutable",
+        "producer",
+        "consumed",
+        "kind",
+    )
+
+    def __init__(
+        self,
+        index,
+        space,
+        dtype,
+        shape,
+        name,
+        loc,
+        external=-1,
+        initialized=False,
+        mutable=True,
+        kind="tile",
+    ):
+        self.index = index
+        self.space = space
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self.name = name
+        self.loc = loc
+        self.external = external
+        self.initialized = initialized
+        self.mutable = mutable
+        self.producer = -1  # the instruction that wrote it whole (fusion)
+        self.consumed = False
+        self.kind = kind  # "tile", "input", "output", "scratch"
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    def describe(self, trace: Trace) -> str:
+        where = ""
+        if self.loc is not None and self.loc >= 0:
+            f, line, _ = trace.locs[self.loc]
+            where = f" allocated at {os.path.basename(f)}:{line}"
+        label = self.name or {"input": "argument", "output": "result"}.get(self.kind, "tile")
+        return f"{SPACE_NAMES[self.space]} {label} {list(self.shape)} {self.dtype.name}{where}"
+
+
+class Trace:
+    """The tile program being recorded."""
+
+    def __init__(self, grid: tuple):
+        self.buffers: list[Buf] = []
+        self.words: list[int] = []
+        self.imms: list[float] = []
+        self.instr_locs: list[int] = []
+        self.locs: list[tuple] = []
+        self._loc_ids: dict = {}
+        self.externals = 0
+        self.grid = grid
+        self.program_id: tuple = (0,) * len(grid)
+        self.shared: dict = {}  # shared_hbm allocations, by allocation order
+        self.shared_counter = 0
+        self.ninstr = 0
+        self.prints: list = []  # nl.device_print: (prefix, constant, buffer)
+        self.matmul_written: set = set()  # PSUM regions a matmul wrote (accumulate=None)
+
+    # Locations -------------------------------------------------------
+    def loc_id(self, loc) -> int:
+        i = self._loc_ids.get(loc)
+        if i is None:
+            i = len(self.locs)
+            self.locs.append(loc)
+            self._loc_ids[loc] = i
+        return i
+
+    # Buffers ---------------------------------------------------------
+    def new_buffer(self, space, dtype, shape, name="", loc=None, **kw) -> Buf:
+        dtype = dt.as_dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        loc = loc or user_location()
+        if any(s < 0 for s in shape):
+            raise error(f"negative dimension in shape {shape}", "shape", loc)
+        if space in (SBUF, PSUM):
+            if len(shape) < 1:
+                raise error("an on-chip tile needs a partition dimension", "shape", loc)
+            if shape[0] > PMAX:
+                raise error(
+                    f"partition dimension {shape[0]} of tile {list(shape)} exceeds the "
+                    f"{PMAX} partitions of {SPACE_NAMES[space].upper()} (the first dimension "
+                    "of a tile is its partition dimension)",
+                    "partition-dim",
+                    loc,
+                )
+            per_partition = math.prod(shape[1:]) * dtype.itemsize
+            limit = SBUF_BYTES_PER_PARTITION if space == SBUF else 8 * PSUM_BANK_BYTES
+            if per_partition > limit:
+                raise error(
+                    f"tile {list(shape)} {dtype.name} needs {per_partition} bytes per partition; "
+                    f"{SPACE_NAMES[space].upper()} has {limit} per partition",
+                    "sbuf-capacity" if space == SBUF else "psum-capacity",
+                    loc,
+                )
+        b = Buf(len(self.buffers), space, dtype, shape, name, self.loc_id(loc), **kw)
+        self.buffers.append(b)
+        return b
+
+    def argument(self, dtype, shape, strides, name, mutable) -> View:
+        b = self.new_buffer(
+            HBM,
+            dtype,
+            shape,
+            name,
+            loc=("<argument>", 0, name),
+            external=self.externals,
+            initialized=True,
+            mutable=mutable,
+            kind="input",
+        )
+        self.externals += 1
+        # An argument's memory may be a strided view: its "elements" are the
+        # span its strides reach.
+        span = 1 + sum((s - 1) * st for s, st in zip(shape, strides, strict=False) if s > 0)
+        b.shape = (max(span, 0),) if shape and all(s > 0 for s in shape) else (0,)
+        return View(b, 0, tuple(shape), tuple(strides), logical_shape=tuple(shape))
+
+    # Instructions ----------------------------------------------------
+    def emit(
+        self,
+        op: str,
+        engine: str,
+        dst,
+        srcs=(),
+        *,
+        alu0=0,
+        alu1=0,
+        act=0,
+        flags=0,
+        keep=0,
+        imm=(0.0, 0.0, 0.0, 0.0),
+        loc=None,
+    ) -> int:
+        loc = loc or user_location()
+        words = [OP[op], ENGINE[engine], alu0, alu1, act, flags, self.loc_id(loc), keep]
+        words += access_words(dst, loc)
+        srcs = list(srcs) + [None] * (3 - len(srcs))
+        for s in srcs:
+            words += access_words(s, loc)
+            if isinstance(s, View):
+                s.buf.consumed = True
+        self.words += words
+        imm = list(imm) + [0.0] * (4 - len(imm))
+        self.imms += [float(x) for x in imm[:4]]
+        self.instr_locs.append(self.loc_id(loc))
+        idx = self.ninstr
+        self.ninstr += 1
+        if isinstance(dst, View):
+            if dst.buf.kind == "input" and not dst.buf.mutable:
+                raise error(
+                    f"writes to the kernel input '{dst.buf.name}', which is not declared "
+                    "mutable (annotate the parameter as nt.mutable_tensor, or return a new "
+                    "tensor)",
+                    "immutable-input",
+                    loc,
+                )
+            dst.buf.producer = idx if dst.covers_buffer() else -1
+            dst.buf.consumed = False
+        return idx
+
+    HEADER = 8
+    ACCESS = 3 + 2 * MAX_DIMS
+
+    def retarget_last(self, value: View, target: View, accumulate: bool = False) -> bool:
+        """Makes the last instruction (which wrote `value`'s whole buffer,
+        unread since) write `target` instead: ``t[...] = nl.add(a, b)`` and
+        ``psum[...] += nl.matmul(a, b)`` become one instruction, as the NKI
+        compiler emits them. `value` becomes a view of `target`."""
+        b = value.buf
+        idx = self.ninstr - 1
+        if b.producer != idx or b.consumed or idx < 0:
+            return False
+        if value.shape != target.shape or not value.covers_buffer():
+            return False
+        base = idx * (self.HEADER + 4 * self.ACCESS)
+        op = self.words[base]
+        if not accumulate and target.dtype != value.dtype and op not in (OP["copy"],):
+            return False
+        if accumulate and op != OP["matmul"]:
+            return False
+        # The instruction must not read the target's buffer (unless it is
+        # element-wise over exactly the same elements).
+        src_words = self.words[
+            base + self.HEADER + self.ACCESS : base + self.HEADER + 4 * self.ACCESS
+        ]
+        tw = access_words(target, None)
+        for s in range(3):
+            w = src_words[s * self.ACCESS : (s + 1) * self.ACCESS]
+            if w[0] == target.buf.index and (
+                op in (OP["matmul"], OP["transpose"], OP["reduce"], OP["scan"]) or w != tw
+            ):
+                return False
+        if target.buf.kind == "input" and not target.buf.mutable:
+            return False
+        self.words[base + self.HEADER : base + self.HEADER + self.ACCESS] = tw
+        if accumulate:
+            self.words[base + 5] |= FLAG_ACCUMULATE
+        target.buf.producer = idx if target.covers_buffer() else -1
+        target.buf.consumed = False
+        value.alias(target)
+        return True
+
+
+def access_words(v, loc) -> list[int]:
+    """The 13 words of an access pattern (buffer, ndim, offset, sizes, strides)."""
+    if v is None:
+        return [-1, 0, 0] + [0] * (2 * MAX_DIMS)
+    if isinstance(v, Expr):
+        shape, strides, offset, buf = v.shape, v.coef, v.base, -1
+    else:
+        shape, strides, offset, buf = v.shape, v.strides, v.offset, v.buf.index
+    shape, strides = merge_dims(shape, strides)
+    if len(shape) > MAX_DIMS:
+        raise error(f"access of rank {len(shape)} (at most {MAX_DIMS} dimensions)", "shape", loc)
+    pad = MAX_DIMS - len(shape)
+    return [buf, len(shape), offset, *shape, *([0] * pad), *strides, *([0] * pad)]
+
+
+def merge_dims(shape, strides):
+    """Drops size-1 dims beyond the first... no: keeps the rank unless it is
+    above the simulator's limit, then merges dims that are contiguous."""
+    if len(shape) <= MAX_DIMS:
+        return tuple(shape), tuple(strides)
+    out_s, out_t = [shape[0]], [strides[0]]
+    for s, t in zip(shape[1:], strides[1:], strict=False):
+        if out_t[-1] == s * t or out_s[-1] == 1:
+            out_t[-1] = t if out_s[-1] == 1 else t
+            out_s[-1] *= s
+        elif s == 1:
+            continue
+        else:
+            out_s.append(s)
+            out_t.append(t)
+    return tuple(out_s), tuple(out_t)
+
+
+class Check:
+    """A pending bounds check of an index: ``0 <= expr < limit`` over the
+    view's positions. Checked when the view is used (after its mask)."""
+
+    __slots__ = ("expr", "limit", "dim", "loc")
+
+    def __init__(self, expr: Expr, limit: int, dim: int, loc):
+        self.expr = expr
+        self.limit = limit
+        self.dim = dim
+        self.loc = loc
+
+
+class View:
+    """A tensor of a kernel: an access pattern over a buffer (an HBM argument
+    or result, or an SBUF/PSUM tile). Indexing gives views; arithmetic on
+    tiles calls the ``nl`` functions."""
+
+    __slots__ = ("buf", "offset", "shape", "strides", "checks", "logical_shape", "__weakref__")
+
+    def __init__(
+        self, buf: Buf, offset: int, shape: tuple, strides: tuple, checks=(), logical_shape=None
+    ):
+        self.buf = buf
+        self.offset = offset
+        self.shape = tuple(shape)
+        self.strides = tuple(strides)
+        self.checks = tuple(checks)
+        self.logical_shape = logical_shape
+
+    # What kernels read ----------------------------------------------
+    @property
+    def dtype(self) -> dt.DType:
+        return self.buf.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def buffer(self):
+        from .language import _buffer_for_space
+
+        return _buffer_for_space(self.buf.space)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"<nki {SPACE_NAMES[self.buf.space]} tensor shape={list(self.shape)} "
+            f"dtype={self.dtype.name}>"
+        )
+
+    def __bool__(self):
+        raise error(
+            "a tile has no truth value while a kernel is traced; "
+            "use nl.where / masks for data-dependent choices"
+        )
+
+    def __iter__(self):
+        raise error("tiles are not iterable; index them with nl.arange or slices")
+
+    # Structure -------------------------------------------------------
+    @classmethod
+    def contiguous(cls, buf: Buf) -> View:
+        strides, acc = [], 1
+        for s in reversed(buf.shape):
+            strides.append(acc)
+            acc *= s
+        return cls(buf, 0, buf.shape, tuple(reversed(strides)))
+
+    def covers_buffer(self) -> bool:
+        if self.offset != 0 or self.shape != self.buf.shape:
+            return False
+        acc = 1
+        for s, t in zip(reversed(self.shape), reversed(self.strides), strict=False):
+            if s != 1 and t != acc:
+                return False
+            acc *= s
+        return True
+
+    def alias(self, other: View) -> None:
+        self.buf, self.offset, self.shape = other.buf, other.offset, other.shape
+        self.strides, self.checks = other.strides, other.checks
+
+    def with_shape(self, shape, strides, offset=None) -> View:
+        return View(
+            self.buf, self.offset if offset is None else offset, shape, strides, self.checks
+        )
+
+    def broadcast_to(self, shape: tuple) -> View:
+        shape = tuple(shape)
+        if self.shape == shape:
+            return self
+        try:
+            bshape = broadcast_shapes(self.shape, shape)
+        except IndexError:
+            bshape = None
+        if bshape != shape:
+            raise error(
+                f"cannot broadcast a tile of shape {list(self.shape)} to {list(shape)}", "shape"
+            )
+        pad = len(shape) - self.ndim
+        strides = [0] * pad + [
+            0 if s == 1 and t != 1 else st
+            for s, st, t in zip(self.shape, self.strides, shape[pad:], strict=False)
+        ]
+        checks = tuple(
+            Check(c.expr.broadcast_to(shape), c.limit, c.dim, c.loc) for c in self.checks
+        )
+        return View(self.buf, self.offset, shape, tuple(strides), checks)
+
+    def reshape(self, *shape) -> View:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = list(int(s) for s in shape)
+        if -1 in shape:
+            k = shape.index(-1)
+            rest = math.prod(s for i, s in enumerate(shape) if i != k)
+            shape[k] = self.size // max(rest, 1)
+        shape = tuple(shape)
+        if math.prod(shape) != self.size:
+            raise error(f"cannot reshape {list(self.shape)} to {list(shape)}", "shape")
+        acc, contiguous = 1, True
+        for s, t in zip(reversed(self.shape), reversed(self.strides), strict=False):
+            if s != 1 and t != acc:
+                contiguous = False
+            acc *= s
+        if not contiguous:
+            raise error("reshape needs a contiguous tensor", "shape")
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= s
+        self.verify()
+        return View(self.buf, self.offset, shape, tuple(reversed(strides)))
+
+    # Bounds ----------------------------------------------------------
+    def verify(self, lo=None, hi=None, loc=None) -> None:
+        """Raises if a pending index check fails over positions lo..hi."""
+        for c in self.checks:
+            shape = (
+                self.shape if hi is None else tuple(h - a + 1 for a, h in zip(lo, hi, strict=False))
+            )
+            vmin, vmax = c.expr.bounds(shape, lo)
+            if vmin < 0 or vmax >= c.limit:
+                raise error(
+                    f"index out of bounds: dimension {c.dim} of {self.buf.describe(current())} "
+                    f"has size {c.limit}, and is indexed from {vmin} to {vmax}",
+                    "out-of-bounds",
+                    c.loc or loc,
+                )
+
+    def clip_box(self, lo, hi):
+        """Narrows positions lo..hi to those whose indices are in bounds
+        (DMA ``oob_mode=skip``)."""
+        lo, hi = list(lo), list(hi)
+        for c in self.checks:
+            axes = [a for a, k in enumerate(c.expr.broadcast_to(self.shape).coef) if k]
+            e = c.expr.broadcast_to(self.shape)
+            if not axes:
+                v = e.base
+                if v < 0 or v >= c.limit:
+                    return None
+                continue
+            if len(axes) > 1:
+                return lo, hi
+            a = axes[0]
+            k = e.coef[a]
+            # 0 <= base + k*i < limit
+            if k > 0:
+                lo[a] = max(lo[a], -(e.base // k) if e.base < 0 else lo[a])
+                lo[a] = max(lo[a], math.ceil(-e.base / k))
+                hi[a] = min(hi[a], (c.limit - 1 - e.base) // k)
+            else:
+                lo[a] = max(lo[a], math.ceil((e.base - c.limit + 1) / -k))
+                hi[a] = min(hi[a], e.base // -k)
+            if lo[a] > hi[a]:
+                return None
+        return lo, hi
+
+    def sub(self, lo, hi) -> View:
+        """The positions lo..hi (inclusive) of this view."""
+        off = self.offset + sum(a * s for a, s in zip(lo, self.strides, strict=False))
+        shape = tuple(h - a + 1 for a, h in zip(lo, hi, strict=False))
+        checks = []
+        for c in self.checks:
+            e = c.expr.broadcast_to(self.shape)
+            checks.append(
+                Check(
+                    Expr(
+                        shape, e.base + sum(k * a for k, a in zip(e.coef, lo, strict=False)), e.coef
+                    ),
+                    c.limit,
+                    c.dim,
+                    c.loc,
+                )
+            )
+        return View(self.buf, off, shape, self.strides, checks)
+
+    # Indexing --------------------------------------------------------
+    def __getitem__(self, key) -> View:
+        return index_view(self, key, user_location())
+
+    def __setitem__(self, key, value) -> None:
+        from .language import _assign
+
+        target = index_view(self, key, user_location())
+        if value is target:
+            return
+        _assign(target, value)
+
+    # Arithmetic (tiles) ----------------------------------------------
+    def _bin(self, name, other, reverse=False):
+        from . import language as nl
+
+        fn = getattr(nl, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, o):
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        return self._bin("subtract", o)
+
+    def __rsub__(self, o):
+        return self._bin("subtract", o, True)
+
+    def __mul__(self, o):
+        return self._bin("multiply", o)
+
+    def __rmul__(self, o):
+        return self._bin("multiply", o, True)
+
+    def __truediv__(self, o):
+        return self._bin("divide", o)
+
+    def __rtruediv__(self, o):
+        return self._bin("divide", o, True)
+
+    def __pow__(self, o):
+        return self._bin("power", o)
+
+    def __neg__(self):
+        from . import language as nl
+
+        return nl.negative(self)
+
+    def __matmul__(self, o):
+        from . import language as nl
+
+        return nl.matmul(self, o)
+
+    def __lt__(self, o):
+        return self._bin("less", o)
+
+    def __le__(self, o):
+        return self._bin("less_equal", o)
+
+    def __gt__(self, o):
+        return self._bin("greater", o)
+
+    def __ge__(self, o):
+        return self._bin("greater_equal", o)
+
+    def __and__(self, o):
+        return self._bin("bitwise_and", o)
+
+    def __or__(self, o):
+        return self._bin("bitwise_or", o)
+
+    def __xor__(self, o):
+        return self._bin("bitwise_xor", o)
+
+    def __iadd__(self, o):
+        from .language import _accumulate
+
+        _accumulate(self, o, "add")
+        return self
+
+    def __isub__(self, o):
+        from .language import _accumulate
+
+        _accumulate(self, o, "subtract")
+        return self
+
+    def __imul__(self, o):
+        from .language import _accumulate
+
+        _accumulate(self, o, "multiply")
+        return self
+
+    __hash__ = object.__hash__
+
+
+def _int_or_expr(x):
+    if isinstance(x, Expr):
+        return x
+    try:
+        return int(x)
+    except TypeError as e:
+        raise IndexError(
+            f"an index must be an integer, a slice or an NKI index expression, "
+            f"not {type(x).__name__}"
+        ) from e
+
+
+def index_view(v: View, key, loc) -> View:
+    if v.checks:
+        v.verify(loc=loc)
+    if not isinstance(key, tuple):
+        key = (key,)
+    if any(k is Ellipsis for k in key):
+        i = next(i for i, k in enumerate(key) if k is Ellipsis)
+        fill = v.ndim - (len(key) - 1)
+        key = key[:i] + (slice(None),) * fill + key[i + 1 :]
+    if len(key) > v.ndim:
+        raise error(f"too many indices ({len(key)}) for a tensor of rank {v.ndim}", "index", loc)
+    key = tuple(_int_or_expr(k) if not isinstance(k, (slice, DynSlice, Expr)) else k for k in key)
+    nk = len(key)
+    advanced = any(isinstance(k, Expr) and k.ndim > 0 for k in key)
+    # Each component as an affine expression over the result's positions.
+    comps: list[Expr] = []
+    if not advanced:
+        shape = []
+        for k in key:
+            if isinstance(k, (slice, DynSlice)):
+                shape.append(_slice_len(k, v.shape[len(comps)], loc))
+                comps.append(None)  # filled below
+            else:
+                comps.append(None)
+        rshape = tuple(shape)
+        out_axis = 0
+        exprs = []
+        for j, k in enumerate(key):
+            if isinstance(k, (slice, DynSlice)):
+                start, step = _slice_start_step(k, v.shape[j])
+                coef = [0] * len(rshape)
+                coef[out_axis] = step
+                exprs.append(Expr(rshape, int(start), tuple(coef)))
+                out_axis += 1
+            else:
+                val = k.base if isinstance(k, Expr) else int(k)
+                if val < 0:
+                    val += v.shape[j]
+                exprs.append(Expr(rshape, val, (0,) * len(rshape)))
+        comps = exprs
+    else:
+        placed = []
+        for j, k in enumerate(key):
+            if isinstance(k, (slice, DynSlice)):
+                start, step = _slice_start_step(k, v.shape[j])
+                n = _slice_len(k, v.shape[j], loc)
+                shp = [1] * nk
+                shp[j] = n
+                coef = [0] * nk
+                coef[j] = step
+                placed.append(Expr(tuple(shp), int(start), tuple(coef)))
+            elif isinstance(k, Expr):
+                if k.ndim == 1 and nk > 1:
+                    shp = [1] * nk
+                    shp[j] = k.shape[0]
+                    coef = [0] * nk
+                    coef[j] = k.coef[0]
+                    placed.append(Expr(tuple(shp), k.base, tuple(coef)))
+                else:
+                    placed.append(k)
+            else:
+                placed.append(Expr((), int(k), ()))
+        rshape: tuple = ()
+        try:
+            for e in placed:
+                rshape = broadcast_shapes(rshape, e.shape)
+        except IndexError as e:
+            raise error(str(e), "index", loc) from None
+        comps = [e.broadcast_to(rshape) for e in placed]
+    # Dims of v not indexed stay, after the result's.
+    rest_shape = v.shape[nk:]
+    rest_strides = v.strides[nk:]
+    rshape = comps[0].shape if comps else ()
+    offset = v.offset
+    strides = [0] * len(rshape)
+    checks = []
+    full = rshape + rest_shape
+    pad = len(rest_shape)
+    for j, e in enumerate(comps):
+        offset += v.strides[j] * e.base
+        for a, c in enumerate(e.coef):
+            strides[a] += v.strides[j] * c
+        checks.append(Check(Expr(full, e.base, e.coef + (0,) * pad), v.shape[j], j, loc))
+    return View(v.buf, offset, full, tuple(strides) + tuple(rest_strides), checks)
+
+
+def _slice_start_step(k, n):
+    if isinstance(k, DynSlice):
+        start = k.start.base if isinstance(k.start, Expr) else int(k.start)
+        return start, k.step
+    step = 1 if k.step is None else int(k.step)
+    if k.start is None:
+        start = 0 if step > 0 else n - 1
+    else:
+        start = int(k.start)
+        if start < 0:
+            start += n
+    return start, step
+
+
+def _slice_len(k, n, loc) -> int:
+    if isinstance(k, DynSlice):
+        return k.size
+    start, step = _slice_start_step(k, n)
+    if step == 0:
+        raise error("slice step cannot be zero", "index", loc)
+    if k.stop is None:
+        stop = n if step > 0 else -1
+    else:
+        stop = int(k.stop)
+        if stop < 0:
+            stop += n
+    length = max(0, -(-(stop - start) // step))
+    return length
+
+
+def mask_box(mask, shape, loc):
+    """The positions of ``shape`` a mask keeps, as a box (lo, hi) per axis,
+    or None if it keeps none. Masks are conjunctions of one-axis bounds."""
+    lo = [0] * len(shape)
+    hi = [s - 1 for s in shape]
+    if mask is None:
+        return lo, hi
+    if isinstance(mask, Expr):
+        raise error("a mask must be a comparison of indices (e.g. i_p < n)", "mask", loc)
+    if not isinstance(mask, Pred):
+        if mask is True:
+            return lo, hi
+        raise error(
+            f"a mask must be a predicate over indices, not {type(mask).__name__}", "mask", loc
+        )
+    for t in mask.terms:
+        try:
+            e = t.broadcast_to(shape)
+        except IndexError:
+            raise error(
+                f"mask of shape {list(t.shape)} does not match the tile {list(shape)}", "mask", loc
+            ) from None
+        axes = [a for a, c in enumerate(e.coef) if c]
+        if not axes:
+            if e.base < 0:
+                return None
+            continue
+        if len(axes) > 1:
+            raise error(
+                "masks that couple two dimensions are not supported here; use nisa.affine_select",
+                "mask",
+                loc,
+            )
+        a = axes[0]
+        c = e.coef[a]
+        if c > 0:  # base + c*i >= 0  ->  i >= ceil(-base / c)
+            lo[a] = max(lo[a], -((e.base) // c) if e.base % c == 0 else -(e.base // c))
+        else:  # i <= base / -c
+            hi[a] = min(hi[a], e.base // (-c))
+        if lo[a] > hi[a]:
+            return None
+    return lo, hi
