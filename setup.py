@@ -12,6 +12,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 
@@ -50,7 +51,56 @@ class CMakeBuild(build_ext):
             shutil.copy2(built, target)
 
 
+class BuildPy(build_py):
+    """Also installs torch_neuronx_nki.pth: at interpreter start it adds the
+    finder that serves `import nki` / `import neuronxcc.nki` from
+    torch_neuronx when no real NKI installation provides them."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(
+            str(ROOT / "torch_neuronx_nki.pth"),
+            os.path.join(self.build_lib, "torch_neuronx_nki.pth"),
+        )
+
+    def get_outputs(self, include_bytecode=1):
+        return super().get_outputs(include_bytecode) + [
+            os.path.join(self.build_lib, "torch_neuronx_nki.pth")
+        ]
+
+
+class _WithNkiPth:
+    """An editable-install strategy that also writes torch_neuronx_nki.pth."""
+
+    def __init__(self, strategy) -> None:
+        self.strategy = strategy
+
+    def __enter__(self):
+        self.strategy.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.strategy.__exit__(*exc)
+
+    def __call__(self, wheel, files, mapping) -> None:
+        self.strategy(wheel, files, mapping)
+        wheel.writestr("torch_neuronx_nki.pth", (ROOT / "torch_neuronx_nki.pth").read_bytes())
+
+
+cmdclass = {"build_ext": CMakeBuild, "build_py": BuildPy}
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+
+    class EditableWheel(editable_wheel):
+        # Editable wheels leave build_py's extra files out: add the .pth.
+        def _select_strategy(self, *args, **kwargs):
+            return _WithNkiPth(super()._select_strategy(*args, **kwargs))
+
+    cmdclass["editable_wheel"] = EditableWheel
+except ImportError:  # older setuptools: `import torch` still installs the finder
+    pass
+
 setup(
     ext_modules=[CMakeExtension("torch_neuronx._C")],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass=cmdclass,
 )

@@ -75,6 +75,27 @@ from . import compat  # noqa: E402
 compat.install()
 
 
+# NKI: `import nki` / `import neuronxcc.nki` (when no real NKI is installed;
+# torch_neuronx_nki.pth does this at interpreter start too), and the
+# PyTorch entry points of NKI kernels.
+try:
+    import _torch_neuronx_nki  # noqa: E402,F401
+except ImportError:  # not installed as a distribution (a bare source tree)
+    pass
+
+
+def __getattr__(name: str):
+    if name in ("nki_op", "wrap_nki"):
+        from .nki import torch_ops
+
+        return getattr(torch_ops, name)
+    if name == "nki_jit":
+        from .nki.kernel import nki_jit
+
+        return nki_jit
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
+
+
 def _drain_at_exit() -> None:
     # Queued device work must finish before the interpreter and the C++
     # statics it uses are torn down; errors no longer have anyone to go to.

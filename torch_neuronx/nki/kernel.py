@@ -354,7 +354,8 @@ def compiled_for(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
     return ck
 
 
-def launch(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict):
+def launch(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, outs=None):
+    """Runs the kernel; `outs`: tensors to write its results into (else new)."""
     # A kernel called from inside another kernel is inlined (sub-kernels).
     if getattr(tr._state, "trace", None) is not None:
         return kernel.fn(*args, **kwargs)
@@ -370,12 +371,29 @@ def launch(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict):
             "nki.benchmark or torch_neuronx.nki.estimate for them"
         )
     if tensors and all(_is_torch_tensor(x) for x in tensors):
-        return _run_torch(ck, tensors)
+        if any(_is_fake(x) for x in tensors):
+            return _fake_results(ck, tensors) if outs is None else None
+        return _run_torch(ck, tensors, outs)
     if all(isinstance(x, np.ndarray) for x in tensors):
         return _run_numpy(ck, tensors)
     raise NKIError(
         "an NKI kernel takes either torch tensors (all on one device) or NumPy arrays, not a mix"
     )
+
+
+def _is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.device.type == "meta" or is_fake(t)
+
+
+def _fake_results(ck: CompiledKernel, tensors):
+    """Results of the traced shapes without running (fake tensors, meta)."""
+    import torch
+
+    device = tensors[0].device
+    outs = [torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs]
+    return _unflatten(ck.result, outs, tensors)
 
 
 def _unflatten(structure, outs, args):
@@ -416,7 +434,7 @@ def _show_prints(ck, values):
         print(prefix, const if spec is None else np.asarray(next(it)))
 
 
-def _run_torch(ck: CompiledKernel, tensors):
+def _run_torch(ck: CompiledKernel, tensors, outs=None):
     import torch
 
     devices = {t.device for t in tensors}
@@ -425,7 +443,19 @@ def _run_torch(ck: CompiledKernel, tensors):
             f"an NKI kernel's tensors must be on one device, got {sorted(map(str, devices))}"
         )
     device = tensors[0].device
-    outs = [torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs]
+    if outs is None:
+        outs = [
+            torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs
+        ]
+    else:
+        for o, (shape, d) in zip(outs, ck.outputs, strict=True):
+            if (
+                tuple(o.shape) != tuple(shape)
+                or o.dtype != dt.torch_dtype(d)
+                or (not o.is_contiguous())
+                or o.device != device
+            ):
+                raise NKIError("an NKI result buffer does not match the kernel's result")
     prints = [
         torch.empty(p[2][1], dtype=dt.torch_dtype(p[2][2]), device=device)
         for p in ck.prints
@@ -464,3 +494,11 @@ def jit(func=None, *, mode: str = "auto", **kwargs):
     if func is None:
         return lambda f: Kernel(f, mode=mode, **kwargs)
     return Kernel(func, mode=mode, **kwargs)
+
+
+def nki_jit(func=None, **kwargs):
+    """``torch_neuronx.nki_jit``: the oldest torch entry point; its kernels
+    write results into output arguments."""
+    if func is None:
+        return lambda f: Kernel(f, outputs_in_args=True, **kwargs)
+    return Kernel(func, outputs_in_args=True, **kwargs)
