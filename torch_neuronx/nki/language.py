@@ -835,44 +835,39 @@ def _axes(axis, ndim, loc):
 
 
 def _reduce(alu: int, x, axis, dtype, mask, keepdims, negate=False, loc=None, engine="vector"):
+    """Reduces the free axes `axis` of a tile; a mask restricts the elements
+    reduced and the result positions written (the rest stay undefined)."""
     loc = loc or user_location()
     x = _on_chip(x, "reduction", loc)
     axes = _axes(axis, x.ndim, loc)
+    kept = [d for d in range(x.ndim) if d not in axes]
+    if keepdims:
+        out_shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+    else:
+        out_shape = tuple(x.shape[d] for d in kept)
+    out = _new_tile(out_shape, dtype or x.dtype, loc)
     box = _tr.mask_box(mask, x.shape, loc)
     if box is None:
-        raise error("the mask of a reduction keeps no element", "mask", loc)
-    if box[0] != [0] * x.ndim or box[1] != [s - 1 for s in x.shape]:
-        x = x.sub(*box)
-    x.verify(loc=loc)
-    kept = [d for d in range(x.ndim) if d not in axes]
-    out_shape = (
-        tuple(1 if d in axes else s for d, s in enumerate(x.shape))
-        if keepdims
-        else tuple(x.shape[d] for d in kept)
-    )
-    out = _new_tile(out_shape, dtype or x.dtype, loc)
+        return out
+    lo, hi = box
+    xs = x.sub(lo, hi)
+    xs.verify(loc=loc)
     order = kept + axes
-    src = View(
-        x.buf, x.offset, tuple(x.shape[d] for d in order), tuple(x.strides[d] for d in order)
-    )
+    src = View(xs.buf, xs.offset, tuple(xs.shape[d] for d in order),
+               tuple(xs.strides[d] for d in order))
+    # The destination: the kept positions of the box.
     if keepdims:
-        kept_shape = tuple(x.shape[d] for d in kept)
-        dst = View(out.buf, 0, kept_shape, tuple(out.strides[d] for d in kept))
+        kept_strides = tuple(out.strides[d] for d in kept)
     else:
-        dst = out if out.shape == tuple(x.shape[d] for d in kept) else View(out.buf, 0, (), ())
+        kept_strides = out.strides if out.shape == tuple(x.shape[d] for d in kept) else ()
+    dst_offset = _py.sum(lo[d] * st for d, st in zip(kept, kept_strides, strict=False))
+    dst = View(out.buf, dst_offset, tuple(xs.shape[d] for d in kept), kept_strides)
     if not kept:
         dst = View(out.buf, 0, (), ())
-    current().emit(
-        "reduce",
-        engine,
-        dst,
-        [src],
-        alu0=alu,
-        keep=len(kept),
-        flags=_tr.FLAG_NEGATE if negate else 0,
-        loc=loc,
-    )
-    out.buf.producer = current().ninstr - 1
+    current().emit("reduce", engine, dst, [src], alu0=alu, keep=len(kept),
+                   flags=_tr.FLAG_NEGATE if negate else 0, loc=loc)
+    if dst.covers_buffer() or not kept:
+        out.buf.producer = current().ninstr - 1
     return out
 
 
