@@ -1,15 +1,14 @@
 """The NKI language on the simulator: every construct against a NumPy
 reference, on NumPy arrays and on neuron tensors."""
 
-import numpy as np
-import pytest
-import torch
-
+import neuronxcc.nki.isa as lisa
+import neuronxcc.nki.typing as nt
 import nki
 import nki.isa as nisa
 import nki.language as nl
-import neuronxcc.nki.isa as lisa
-import neuronxcc.nki.typing as nt
+import numpy as np
+import pytest
+import torch
 
 RNG = np.random.default_rng(0)
 
@@ -217,8 +216,12 @@ def test_unary_functions(fn, ref):
 
 def test_positive_domain_functions():
     x = np.abs(rand(64, 32)) + 0.1
-    for fn, ref in [(nl.log, np.log), (nl.sqrt, np.sqrt), (nl.rsqrt, lambda v: 1 / np.sqrt(v)),
-                    (nl.reciprocal, lambda v: 1 / v)]:
+    for fn, ref in [
+        (nl.log, np.log),
+        (nl.sqrt, np.sqrt),
+        (nl.rsqrt, lambda v: 1 / np.sqrt(v)),
+        (nl.reciprocal, lambda v: 1 / v),
+    ]:
         np.testing.assert_allclose(_unary_kernel(fn)(x), ref(x), rtol=2e-5)
 
 
@@ -226,8 +229,18 @@ def test_positive_domain_functions():
 def binary_ops(x, y):
     out = nl.ndarray((8,) + x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
     a, b = nl.load(x), nl.load(y)
-    for k, r in enumerate([nl.add(a, b), a - b, a * b, a / b, nl.maximum(a, b),
-                           nl.minimum(a, b), nl.greater(a, b), 3.0 - a]):
+    for k, r in enumerate(
+        [
+            nl.add(a, b),
+            a - b,
+            a * b,
+            a / b,
+            nl.maximum(a, b),
+            nl.minimum(a, b),
+            nl.greater(a, b),
+            3.0 - a,
+        ]
+    ):
         nl.store(out[k], value=r)
     return out
 
@@ -464,5 +477,6 @@ def test_cpu_tensors_run_on_the_calling_thread():
     x = torch.randn(16, 16).to(torch.bfloat16)
     out = _unary_kernel(nl.exp)(x)
     assert out.device.type == "cpu"
-    torch.testing.assert_close(out, x.float().exp().to(torch.bfloat16).float(), rtol=1e-5,
-                               atol=1e-5)
+    torch.testing.assert_close(
+        out, x.float().exp().to(torch.bfloat16).float(), rtol=1e-5, atol=1e-5
+    )

@@ -332,6 +332,7 @@ def _is_scalar(x) -> bool:
 
 
 def _on_chip(x, what: str, loc) -> View:
+    current()
     if not isinstance(x, View):
         raise error(f"{what} expects a tile, got {type(x).__name__}", "operand", loc)
     if x.buf.space == HBM:
@@ -500,6 +501,7 @@ def _op_name(op) -> str:
 # Data movement ---------------------------------------------------------------
 def load(src, *, mask=None, dtype=None, **kwargs) -> View:
     """Loads an HBM tensor (view) into a new SBUF tile."""
+    current()
     loc = user_location()
     if not isinstance(src, View):
         raise error(f"nl.load expects a kernel tensor, got {type(src).__name__}", "operand", loc)
@@ -511,6 +513,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> View:
 
 def store(dst, value, *, mask=None, **kwargs) -> None:
     """Stores a tile (or a scalar) into an HBM tensor (view)."""
+    current()
     loc = user_location()
     if not isinstance(dst, View):
         raise error(f"nl.store expects a kernel tensor, got {type(dst).__name__}", "operand", loc)
@@ -853,8 +856,9 @@ def _reduce(alu: int, x, axis, dtype, mask, keepdims, negate=False, loc=None, en
     xs = x.sub(lo, hi)
     xs.verify(loc=loc)
     order = kept + axes
-    src = View(xs.buf, xs.offset, tuple(xs.shape[d] for d in order),
-               tuple(xs.strides[d] for d in order))
+    src = View(
+        xs.buf, xs.offset, tuple(xs.shape[d] for d in order), tuple(xs.strides[d] for d in order)
+    )
     # The destination: the kept positions of the box.
     if keepdims:
         kept_strides = tuple(out.strides[d] for d in kept)
@@ -864,8 +868,16 @@ def _reduce(alu: int, x, axis, dtype, mask, keepdims, negate=False, loc=None, en
     dst = View(out.buf, dst_offset, tuple(xs.shape[d] for d in kept), kept_strides)
     if not kept:
         dst = View(out.buf, 0, (), ())
-    current().emit("reduce", engine, dst, [src], alu0=alu, keep=len(kept),
-                   flags=_tr.FLAG_NEGATE if negate else 0, loc=loc)
+    current().emit(
+        "reduce",
+        engine,
+        dst,
+        [src],
+        alu0=alu,
+        keep=len(kept),
+        flags=_tr.FLAG_NEGATE if negate else 0,
+        loc=loc,
+    )
     if dst.covers_buffer() or not kept:
         out.buf.producer = current().ninstr - 1
     return out

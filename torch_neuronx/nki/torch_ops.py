@@ -157,6 +157,10 @@ def _call_wrapped(wrapped: WrappedKernel, args, kwargs):
             torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs
         ]
         torch.ops.neuron_nki.call_mutating(key, inputs, mutated, flat)
+    if ck.result is None:
+        # Under torch.compile a wrapped call's result must be tensors or
+        # containers: a kernel without results gives () in eager mode too.
+        return ()
     return _unflatten_results(ck.result, list(flat))
 
 
