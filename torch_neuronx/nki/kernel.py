@@ -6,6 +6,7 @@ tensors and on NumPy arrays (on the calling thread).
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import itertools
 import os
@@ -348,7 +349,15 @@ def compiled_for(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
     with kernel._lock:
         ck = kernel._cache.get(key)
     if ck is None:
-        ck = trace_kernel(kernel, grid, args, kwargs)
+        # A trace makes many small objects that all live until it ends: the
+        # cycle collector would rescan them again and again.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            ck = trace_kernel(kernel, grid, args, kwargs)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         with kernel._lock:
             kernel._cache[key] = ck
     return ck

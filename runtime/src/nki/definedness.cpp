@@ -21,7 +21,11 @@ struct Origin {
 class DefinednessPass {
  public:
   explicit DefinednessPass(const Program& p)
-      : p_(p), shadow_(p.buffers().size()), origin_(p.buffers().size()) {}
+      : p_(p),
+        shadow_(p.buffers().size()),
+        undefined_(p.buffers().size(), 0),
+        counted_(p.buffers().size(), 0),
+        origin_(p.buffers().size()) {}
 
   void run() {
     const auto& ins = p_.instructions();
@@ -30,7 +34,9 @@ class DefinednessPass {
   }
 
  private:
-  // 1 = defined. Buffers that start defined get their shadow on first write.
+  // 1 = defined. A buffer's shadow is made on first use; undefined_[b]
+  // counts its undefined elements, so reads of fully defined buffers (the
+  // common case) and all-defined writes into them cost nothing.
   uint8_t* shadow(int32_t b) {
     auto& s = shadow_[b];
     if (s.empty()) {
@@ -40,11 +46,20 @@ class DefinednessPass {
     }
     return s.data();
   }
+  int64_t& undefinedCount(int32_t b) {
+    if (!counted_[b]) {
+      counted_[b] = 1;
+      const Buffer& buf = p_.buffers()[b];
+      undefined_[b] = buf.initialized ? 0 : buf.elements;
+    }
+    return undefined_[b];
+  }
 
   // Reads of `a` at a row: AND into acc.
   void andRow(const Access& a, int64_t off, int64_t n, uint8_t* acc,
               Origin& from, int64_t i, int32_t loc) {
     if (a.buffer < 0) return;  // an affine expression: always defined
+    if (undefinedCount(a.buffer) == 0) return;
     const uint8_t* s = shadow(a.buffer);
     const int64_t st = innerStride(a);
     bool undefined = false;
@@ -60,9 +75,17 @@ class DefinednessPass {
   }
 
   void writeRow(const Access& a, int64_t off, int64_t n, const uint8_t* v) {
+    int64_t& count = undefinedCount(a.buffer);
+    bool all = true;
+    for (int64_t k = 0; k < n; ++k) all &= v[k] != 0;
+    if (all && count == 0) return;
     uint8_t* s = shadow(a.buffer);
     const int64_t st = innerStride(a);
-    for (int64_t k = 0; k < n; ++k) s[off + k * st] = v[k];
+    for (int64_t k = 0; k < n; ++k) {
+      uint8_t& e = s[off + k * st];
+      count += static_cast<int64_t>(e) - static_cast<int64_t>(v[k]);
+      e = v[k];
+    }
   }
 
   // The result is undefined somewhere: remember why, and fail if it is
@@ -90,8 +113,63 @@ class DefinednessPass {
     return r.data();
   }
 
+  // Whether `a` is every element of its buffer exactly once (a dense
+  // layout of the buffer's elements, in any dimension order).
+  bool coversBuffer(const Access& a) const {
+    const Buffer& buf = p_.buffers()[a.buffer];
+    if (a.offset != 0 || a.count() != buf.elements) return false;
+    int order[kMaxDims];
+    int nd = 0;
+    for (int d = 0; d < a.ndim; ++d)
+      if (a.size[d] != 1) order[nd++] = d;
+    for (int k = 1; k < nd; ++k)  // insertion sort by stride
+      for (int j = k; j > 0 && a.stride[order[j]] < a.stride[order[j - 1]]; --j)
+        std::swap(order[j], order[j - 1]);
+    int64_t expect = 1;
+    for (int k = 0; k < nd; ++k) {
+      if (a.stride[order[k]] != expect) return false;
+      expect *= a.size[order[k]];
+    }
+    return true;
+  }
+
+  bool sourcesDefined(const Instruction& in) {
+    const Access* reads[4] = {nullptr, nullptr, nullptr, nullptr};
+    int n = 0;
+    switch (in.op) {
+      case Op::kIota:
+      case Op::kMemset:
+        break;
+      case Op::kTensorScalar:
+      case Op::kActivation:
+        reads[n++] = &in.src[0];
+        if (!(in.flags & kFlagOperand0Imm)) reads[n++] = &in.src[1];
+        if (!(in.flags & kFlagOperand1Imm)) reads[n++] = &in.src[2];
+        break;
+      default:
+        for (int k = 0; k < 3; ++k) reads[n++] = &in.src[k];
+    }
+    if (in.op == Op::kMatmul && (in.flags & kFlagAccumulate))
+      reads[n++] = &in.dst;
+    for (int k = 0; k < n; ++k)
+      if (reads[k]->buffer >= 0 && undefinedCount(reads[k]->buffer) != 0)
+        return false;
+    return true;
+  }
+
   void step(const Instruction& in, int64_t i) {
     if (in.dst.buffer < 0) return;
+    // Fast paths: defined data into memory that is (or becomes wholly)
+    // defined changes nothing but the count.
+    if (sourcesDefined(in)) {
+      int64_t& count = undefinedCount(in.dst.buffer);
+      if (count == 0) return;
+      if (coversBuffer(in.dst)) {
+        count = 0;
+        std::vector<uint8_t>().swap(shadow_[in.dst.buffer]);
+        return;
+      }
+    }
     Origin from;
     bool any_undefined = false;
     switch (in.op) {
@@ -222,6 +300,8 @@ class DefinednessPass {
 
   const Program& p_;
   std::vector<std::vector<uint8_t>> shadow_;
+  std::vector<int64_t> undefined_;
+  std::vector<uint8_t> counted_;
   std::vector<Origin> origin_;
   std::vector<uint8_t> rows_[3];
 };
