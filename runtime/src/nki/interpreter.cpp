@@ -193,16 +193,24 @@ class Interpreter {
   void matmul(const Instruction& in) {
     const Access &st = in.src[0], &mv = in.src[1], &dst = in.dst;
     const int64_t K = st.size[0], M = st.size[1], N = mv.size[1];
-    float* s = buf(0, K * M);
-    float* v = buf(1, K * N);
     float* c = buf(2, M * N);
-    for (int64_t k = 0; k < K; ++k) {
-      loadRow(dtypeOf(st), address(st, st.offset + k * st.stride[0]),
-              st.stride[1], M, s + k * M);
-      loadRow(dtypeOf(mv), address(mv, mv.offset + k * mv.stride[0]),
-              mv.stride[1], N, v + k * N);
+    const bool bf16 =
+        dtypeOf(st) == DType::kBF16 && dtypeOf(mv) == DType::kBF16;
+    if (!bf16 || !matmulBf16Kernel(
+                     reinterpret_cast<const uint16_t*>(address(st, st.offset)),
+                     st.stride[0], st.stride[1],
+                     reinterpret_cast<const uint16_t*>(address(mv, mv.offset)),
+                     mv.stride[0], mv.stride[1], c, K, M, N)) {
+      float* s = buf(0, K * M);
+      float* v = buf(1, K * N);
+      for (int64_t k = 0; k < K; ++k) {
+        loadRow(dtypeOf(st), address(st, st.offset + k * st.stride[0]),
+                st.stride[1], M, s + k * M);
+        loadRow(dtypeOf(mv), address(mv, mv.offset + k * mv.stride[0]),
+                mv.stride[1], N, v + k * N);
+      }
+      matmulKernel(s, v, c, K, M, N);
     }
-    matmulKernel(s, v, c, K, M, N);
     const bool acc = in.flags & kFlagAccumulate;
     float* old = buf(3, N);
     for (int64_t m = 0; m < M; ++m) {

@@ -1,9 +1,17 @@
 #include "neuron_runtime/nki/tile_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#include "neuron_runtime/nki/parallel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 // Hot loops get an AVX-512 and an AVX2 clone picked at load time, so the
 // library runs on any x86-64 and fast on the machines it is built for.
@@ -317,6 +325,136 @@ NKI_CLONES void matmulKernel(const float* s, const float* v, float* c,
     }
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+namespace {
+
+// Pairs along k: p[kp * n + j] = (x[2kp][j], x[2kp + 1][j]) as one 32-bit
+// lane (k odd: the last pair's upper half is 0), the layout of vdpbf16ps.
+void packPairs(const uint16_t* x, int64_t row, int64_t col, int64_t K,
+               int64_t n, uint32_t* p) {
+  const int64_t KP = (K + 1) / 2;
+  for (int64_t kp = 0; kp < KP; ++kp) {
+    const uint16_t* r0 = x + (2 * kp) * row;
+    const bool has1 = 2 * kp + 1 < K;
+    const uint16_t* r1 = x + (2 * kp + 1) * row;
+    uint32_t* out = p + kp * n;
+    if (col == 1 && has1) {
+      for (int64_t j = 0; j < n; ++j)
+        out[j] =
+            static_cast<uint32_t>(r0[j]) | (static_cast<uint32_t>(r1[j]) << 16);
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        out[j] = static_cast<uint32_t>(r0[j * col]) |
+                 (has1 ? static_cast<uint32_t>(r1[j * col]) << 16 : 0u);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void bf16Block(
+    const uint32_t* sp, const uint32_t* vp, float* c, int64_t KP, int64_t M,
+    int64_t N) {
+  constexpr int64_t MR = 4, NV = 4;  // 4 rows x 64 columns of c in registers
+  int64_t m0 = 0;
+  for (; m0 + MR <= M; m0 += MR) {
+    int64_t n0 = 0;
+    for (; n0 + 16 * NV <= N; n0 += 16 * NV) {
+      __m512 acc[MR][NV];
+      for (int64_t i = 0; i < MR; ++i)
+        for (int64_t j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+      for (int64_t kp = 0; kp < KP; ++kp) {
+        const uint32_t* vr = vp + kp * N + n0;
+        __m512i b[NV];
+        for (int64_t j = 0; j < NV; ++j)
+          b[j] = _mm512_loadu_si512(reinterpret_cast<const void*>(vr + 16 * j));
+        const uint32_t* sr = sp + kp * M + m0;
+        for (int64_t i = 0; i < MR; ++i) {
+          const __m512i a = _mm512_set1_epi32(static_cast<int>(sr[i]));
+          for (int64_t j = 0; j < NV; ++j)
+            acc[i][j] =
+                _mm512_dpbf16_ps(acc[i][j], (__m512bh)a, (__m512bh)b[j]);
+        }
+      }
+      for (int64_t i = 0; i < MR; ++i)
+        for (int64_t j = 0; j < NV; ++j)
+          _mm512_storeu_ps(c + (m0 + i) * N + n0 + 16 * j, acc[i][j]);
+    }
+    // Column tail, 16 at a time with a mask.
+    for (; n0 < N; n0 += 16) {
+      const __mmask16 mask =
+          static_cast<__mmask16>(N - n0 >= 16 ? 0xffff : (1u << (N - n0)) - 1);
+      __m512 acc[MR];
+      for (int64_t i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+      for (int64_t kp = 0; kp < KP; ++kp) {
+        const __m512i b = _mm512_maskz_loadu_epi32(mask, vp + kp * N + n0);
+        const uint32_t* sr = sp + kp * M + m0;
+        for (int64_t i = 0; i < MR; ++i)
+          acc[i] = _mm512_dpbf16_ps(
+              acc[i], (__m512bh)_mm512_set1_epi32(static_cast<int>(sr[i])),
+              (__m512bh)b);
+      }
+      for (int64_t i = 0; i < MR; ++i)
+        _mm512_mask_storeu_ps(c + (m0 + i) * N + n0, mask, acc[i]);
+    }
+  }
+  // Row tail: one row at a time.
+  for (; m0 < M; ++m0) {
+    for (int64_t n0 = 0; n0 < N; n0 += 16) {
+      const __mmask16 mask =
+          static_cast<__mmask16>(N - n0 >= 16 ? 0xffff : (1u << (N - n0)) - 1);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t kp = 0; kp < KP; ++kp)
+        acc = _mm512_dpbf16_ps(
+            acc, (__m512bh)_mm512_set1_epi32(static_cast<int>(sp[kp * M + m0])),
+            (__m512bh)_mm512_maskz_loadu_epi32(mask, vp + kp * N + n0));
+      _mm512_mask_storeu_ps(c + m0 * N + n0, mask, acc);
+    }
+  }
+}
+
+bool cpuHasBf16Dot() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+}  // namespace
+
+bool matmulBf16Kernel(const uint16_t* s, int64_t s_row, int64_t s_col,
+                      const uint16_t* v, int64_t v_row, int64_t v_col, float* c,
+                      int64_t K, int64_t M, int64_t N) {
+  if (!cpuHasBf16Dot()) return false;
+  thread_local std::vector<uint32_t> sp, vp;
+  const int64_t KP = (K + 1) / 2;
+  sp.resize(static_cast<size_t>(KP * M));
+  vp.resize(static_cast<size_t>(KP * N));
+  packPairs(s, s_row, s_col, K, M, sp.data());
+  packPairs(v, v_row, v_col, K, N, vp.data());
+  // Blocks of 4 rows of c over the host's cores (a 128 x 128 x 512 tile is
+  // ~8 MFLOP: worth a fork).
+  const uint32_t* spp = sp.data();
+  const uint32_t* vpp = vp.data();
+  const int64_t blocks = (M + 3) / 4;
+  const int64_t grain =
+      std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, 4 * K * N));
+  parallelFor(0, blocks, grain, [&](int64_t b, int64_t e) {
+    const int64_t m0 = b * 4, m1 = std::min(M, e * 4);
+    // Rows m0..m1 of c: the stationary's columns m0..m1 (pairs stay packed
+    // with row stride M).
+    thread_local std::vector<uint32_t> sub;
+    sub.resize(static_cast<size_t>(KP * (m1 - m0)));
+    for (int64_t kp = 0; kp < KP; ++kp)
+      std::memcpy(sub.data() + kp * (m1 - m0), spp + kp * M + m0,
+                  (m1 - m0) * sizeof(uint32_t));
+    bf16Block(sub.data(), vpp, c + m0 * N, KP, m1 - m0, N);
+  });
+  return true;
+}
+#else
+bool matmulBf16Kernel(const uint16_t*, int64_t, int64_t, const uint16_t*,
+                      int64_t, int64_t, float*, int64_t, int64_t, int64_t) {
+  return false;
+}
+#endif
 
 }  // namespace nki
 }  // namespace neuron_rt

@@ -2,7 +2,9 @@
 // records, builds a _NkiProgram from them (checked, planned and timed by the
 // runtime's simulator), and runs it on host memory (NumPy arrays, CPU
 // tensors) or launches it as ONE work item on a neuron stream.
+#include <ATen/Parallel.h>
 #include <neuron_runtime/nki/cost_model.h>
+#include <neuron_runtime/nki/parallel.h>
 #include <neuron_runtime/nki/program.h>
 #include <pybind11/numpy.h>
 #include <torch/csrc/utils/pybind.h>
@@ -65,6 +67,11 @@ py::dict profileDict(const nki::Profile& p) {
 }  // namespace
 
 void bindNki(py::module_& m) {
+  // The simulator's large instructions run on ATen's pool, as ops do.
+  nki::setParallelFor([](int64_t begin, int64_t end, int64_t grain,
+                         const std::function<void(int64_t, int64_t)>& body) {
+    at::parallel_for(begin, end, grain, body);
+  });
   programErrorType() = py::reinterpret_borrow<py::object>(PyErr_NewException(
       "torch_neuronx._C._NkiProgramError", PyExc_ValueError, nullptr));
   m.attr("_NkiProgramError") = programErrorType();

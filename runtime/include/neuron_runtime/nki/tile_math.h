@@ -24,5 +24,12 @@ float aluScalar(Alu op, float a, float b);
 void matmulKernel(const float* s, const float* v, float* c, int64_t K,
                   int64_t M, int64_t N);
 
+// The same for bf16 operands (rows at s + k * s_row, elements s_col apart),
+// products summed in fp32 as the Tensor engine does. Uses the CPU's bf16
+// dot-product instructions; returns false (nothing done) where it has none.
+bool matmulBf16Kernel(const uint16_t* s, int64_t s_row, int64_t s_col,
+                      const uint16_t* v, int64_t v_row, int64_t v_col, float* c,
+                      int64_t K, int64_t M, int64_t N);
+
 }  // namespace nki
 }  // namespace neuron_rt
