@@ -523,6 +523,8 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         value = tile
     if not isinstance(value, View):
         raise error(f"nl.store stores a tile, got {type(value).__name__}", "operand", loc)
+    if value.shape != dst.shape and value.size == dst.size and value.covers_buffer():
+        value = value.reshape(dst.shape)  # same elements, another shape
     _emit("copy", "dma", dst, [_bcast(value, dst.shape)], mask=mask, loc=loc)
 
 

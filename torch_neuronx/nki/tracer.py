@@ -54,6 +54,8 @@ FLAG_ACCUMULATE, FLAG_REVERSE0, FLAG_REVERSE1 = 1, 2, 4
 FLAG_OPERAND0_IMM, FLAG_OPERAND1_IMM, FLAG_NEGATE = 8, 16, 32
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# The kernel library is kernel code: its lines are the ones to report.
+_KERNELS_DIR = os.path.join(_PKG_DIR, "kernels") + os.sep
 _state = threading.local()
 
 
@@ -70,7 +72,9 @@ def current() -> Trace:
 def user_location() -> tuple[str, int, str]:
     """The innermost stack frame outside this package: the kernel's line."""
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR) and not (
+        f.f_code.co_filename.startswith(_KERNELS_DIR)
+    ):
         f = f.f_back
     if f is None:
         return ("<unknown>", 0, "<unknown>")
@@ -279,6 +283,9 @@ class Trace:
         if not accumulate and target.dtype != value.dtype and op not in (OP["copy"],):
             return False
         if accumulate and op != OP["matmul"]:
+            return False
+        # The Tensor engine writes PSUM only: into SBUF its result is copied.
+        if op in (OP["matmul"], OP["transpose"]) and target.buf.space != PSUM:
             return False
         # The instruction must not read the target's buffer (unless it is
         # element-wise over exactly the same elements).

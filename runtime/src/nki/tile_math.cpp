@@ -157,17 +157,17 @@ NKI_CLONES float reduceAlu(Alu op, float acc, const float* x, int64_t n) {
       return acc + s;
     }
     case Alu::kMax:
+    case Alu::kMin: {
+      // Branch-free (vectorised) with a NaN check beside it: NaN wins.
+      const bool is_max = op == Alu::kMax;
+      float m = acc;
+      bool nan = false;
       for (int64_t k = 0; k < n; ++k) {
-        if (std::isnan(x[k])) return x[k];
-        acc = x[k] > acc ? x[k] : acc;
+        m = is_max ? (x[k] > m ? x[k] : m) : (x[k] < m ? x[k] : m);
+        nan |= x[k] != x[k];
       }
-      return acc;
-    case Alu::kMin:
-      for (int64_t k = 0; k < n; ++k) {
-        if (std::isnan(x[k])) return x[k];
-        acc = x[k] < acc ? x[k] : acc;
-      }
-      return acc;
+      return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+    }
     default:
       for (int64_t k = 0; k < n; ++k) acc = aluScalar(op, acc, x[k]);
       return acc;
@@ -289,11 +289,26 @@ void applyActivation(Act f, const float* in, float* out, int64_t n) {
 }
 
 // Register-blocked: a 4 x 64 block of c stays in registers while k runs.
-NKI_CLONES void matmulKernel(const float* s, const float* v, float* c,
-                             int64_t K, int64_t M, int64_t N) {
+NKI_CLONES static void matmulRows(const float* s, const float* v, float* c,
+                                  int64_t K, int64_t M, int64_t N, int64_t mb,
+                                  int64_t me);
+
+void matmulKernel(const float* s, const float* v, float* c, int64_t K,
+                  int64_t M, int64_t N) {
+  const int64_t blocks = (M + 3) / 4;
+  const int64_t grain =
+      std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, 4 * K * N));
+  parallelFor(0, blocks, grain, [&](int64_t b, int64_t e) {
+    matmulRows(s, v, c, K, M, N, b * 4, std::min(M, e * 4));
+  });
+}
+
+NKI_CLONES static void matmulRows(const float* s, const float* v, float* c,
+                                  int64_t K, int64_t M, int64_t N, int64_t mb,
+                                  int64_t me) {
   constexpr int64_t MR = 4, NR = 64;
-  int64_t m0 = 0;
-  for (; m0 + MR <= M; m0 += MR) {
+  int64_t m0 = mb;
+  for (; m0 + MR <= me; m0 += MR) {
     int64_t n0 = 0;
     for (; n0 + NR <= N; n0 += NR) {
       float acc[MR][NR] = {};
@@ -315,7 +330,7 @@ NKI_CLONES void matmulKernel(const float* s, const float* v, float* c,
         c[(m0 + i) * N + n0] = a;
       }
   }
-  for (; m0 < M; ++m0) {
+  for (; m0 < me; ++m0) {
     float* cr = c + m0 * N;
     for (int64_t n = 0; n < N; ++n) cr[n] = 0;
     for (int64_t k = 0; k < K; ++k) {
