@@ -140,7 +140,7 @@ double instructionCost(const Program& prog, const Instruction& in,
       const double effective =
           static_cast<double>(rows) *
           static_cast<double>(std::max(row_bytes, p.dma_efficient_row_bytes));
-      return effective / p.hbm_bytes_per_ns;
+      return p.dma_issue_ns + effective / p.hbm_bytes_per_ns;
     }
     case Engine::kTensor: {
       double cycles;
