@@ -23,7 +23,9 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
     B, H, S, D = q.shape
     KVH = k.shape[1]
     Sk = k.shape[2]
-    assert S % Q_TILE == 0 and Sk % KV_TILE == 0 and D <= 128, (S, Sk, D)
+    assert S % Q_TILE == 0 and Sk % 128 == 0 and D <= 128, (S, Sk, D)
+    # Key tiles as wide as a PSUM bank allows (512 fp32 scores) and Sk divides.
+    KV = next(t for t in (KV_TILE, 256, 128) if Sk % t == 0)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     b = nl.program_id(0)
     h = nl.program_id(1)
@@ -41,18 +43,18 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
         m = nl.full((Q_TILE, 1), NEG_INF, nl.float32)  # running row max (scaled)
         denom = nl.zeros((Q_TILE, 1), nl.float32)
         acc = nl.zeros((Q_TILE, D), nl.float32)
-        n_kv = Sk // KV_TILE
+        n_kv = Sk // KV
         if causal:
-            n_kv = (q0 + Q_TILE + KV_TILE - 1) // KV_TILE
+            n_kv = (q0 + Q_TILE + KV - 1) // KV
         for ki in nl.sequential_range(n_kv):
-            k0 = ki * KV_TILE
-            k_t = nl.ndarray((D, KV_TILE), dtype=mm_dtype)
-            for c in nl.affine_range(KV_TILE // 128):
+            k0 = ki * KV
+            k_t = nl.ndarray((D, KV), dtype=mm_dtype)
+            for c in nl.affine_range(KV // 128):
                 k_rows = nl.load(k[b, kvh, k0 + c * 128 : k0 + (c + 1) * 128, :], dtype=mm_dtype)
                 k_t[:, c * 128 : (c + 1) * 128] = nisa.nc_transpose(k_rows)
             s = nisa.nc_matmul(q_t, k_t)  # [Q_TILE, KV_TILE] scores in PSUM
-            if causal and k0 + KV_TILE > q0:
-                i_q, i_k = nl.mgrid[0:Q_TILE, 0:KV_TILE]
+            if causal and k0 + KV > q0:
+                i_q, i_k = nl.mgrid[0:Q_TILE, 0:KV]
                 s = nisa.affine_select(q0 + i_q >= k0 + i_k, s, NEG_INF / scale,
                                        dtype=nl.float32)
             row_max = nisa.tensor_reduce(nl.maximum, s, axis=1, keepdims=True)
@@ -66,7 +68,7 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
             m = m_new
             # acc = acc * alpha + p @ v, 128 keys at a time.
             pv = nl.zeros((Q_TILE, D), nl.float32, buffer=nl.psum)
-            for c in nl.affine_range(KV_TILE // 128):
+            for c in nl.affine_range(KV // 128):
                 p_t = nl.copy(nisa.nc_transpose(p[:, c * 128 : (c + 1) * 128]), dtype=mm_dtype)
                 v_tile = nl.load(v[b, kvh, k0 + c * 128 : k0 + (c + 1) * 128, :], dtype=mm_dtype)
                 pv += nisa.nc_matmul(p_t, v_tile)
@@ -75,3 +77,80 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
         nl.store(o[b, h, q0 : q0 + Q_TILE, :], value=out)
         nl.store(lse[b, h, q0 : q0 + Q_TILE], value=nl.add(m, nl.log(denom)))
     return o, lse
+
+
+@jit
+def flash_attention_bwd(q, k, v, o, d_o, lse, softmax_scale=None, causal=False):
+    """Gradients of flash_attention_fwd: (dq, dk, dv) for q, o, d_o (B, H, S, D),
+    k, v (B, KVH, Sk, D) and the forward's lse (B, H, S); launched on grid
+    [B, KVH] (each instance owns one key/value head and the query heads that
+    share it). FlashAttention-2's backward over 128 x 128 blocks: P is
+    recomputed from lse, dK and dV accumulate in PSUM over the query tiles,
+    dQ in SBUF over the key tiles."""
+    B, H, S, D = q.shape
+    KVH = k.shape[1]
+    Sk = k.shape[2]
+    T = 128
+    assert S % T == 0 and Sk % T == 0 and D <= 128, (S, Sk, D)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    group = H // KVH
+    b = nl.program_id(0)
+    kvh = nl.program_id(1)
+    dq = nl.ndarray((B, H, S, D), dtype=q.dtype, buffer=nl.shared_hbm)
+    dk = nl.ndarray((B, KVH, Sk, D), dtype=k.dtype, buffer=nl.shared_hbm)
+    dv = nl.ndarray((B, KVH, Sk, D), dtype=v.dtype, buffer=nl.shared_hbm)
+    mm = nl.bfloat16 if q.dtype != nl.float32 else nl.float32
+    nq, nk = S // T, Sk // T
+
+    def transposed(x):  # [T, D] tile -> [D, T] in SBUF, on the Tensor engine
+        return nl.copy(nisa.nc_transpose(x), dtype=mm)
+
+    # dK and dV sum over the query heads of the group: fp32, in SBUF.
+    dk_acc = [nl.zeros((T, D), nl.float32) for _ in range(nk)]
+    dv_acc = [nl.zeros((T, D), nl.float32) for _ in range(nk)]
+    for g in nl.sequential_range(group):
+        h = kvh * group + g
+        # Per query tile: q, q^T, dO, dO^T, -lse and D = rowsum(dO * O).
+        q_rows, q_cols, do_rows, do_cols, neg_lse, delta = [], [], [], [], [], []
+        for i in nl.affine_range(nq):
+            rows = slice(i * T, (i + 1) * T)
+            qt = nl.load(q[b, h, rows, :], dtype=mm)
+            dot = nl.load(d_o[b, h, rows, :], dtype=mm)
+            q_rows.append(qt)
+            q_cols.append(transposed(qt))
+            do_rows.append(dot)
+            do_cols.append(transposed(dot))
+            ot = nl.load(o[b, h, rows, :], dtype=nl.float32)
+            delta.append(nl.sum(nl.multiply(ot, dot, dtype=nl.float32), axis=1, keepdims=True))
+            lt = nl.load(lse[b, h, rows], dtype=nl.float32).reshape((T, 1))
+            neg_lse.append(nl.negative(lt))
+        dq_acc = [nl.zeros((T, D), nl.float32) for _ in range(nq)]
+        for j in nl.sequential_range(nk):
+            cols = slice(j * T, (j + 1) * T)
+            kt = nl.load(k[b, kvh, cols, :], dtype=mm)
+            k_cols = transposed(kt)
+            v_cols = transposed(nl.load(v[b, kvh, cols, :], dtype=mm))
+            dk_ps = nl.zeros((T, D), nl.float32, buffer=nl.psum)
+            dv_ps = nl.zeros((T, D), nl.float32, buffer=nl.psum)
+            for i in nl.affine_range(j if causal else 0, nq):
+                s = nisa.nc_matmul(q_cols[i], k_cols)  # [T q, T k] raw scores
+                p = nisa.activation(nl.exp, s, bias=neg_lse[i], scale=scale, dtype=nl.float32)
+                if causal and i == j:
+                    i_q, i_k = nl.mgrid[0:T, 0:T]
+                    p = nisa.affine_select(i_q >= i_k, p, 0.0, dtype=nl.float32)
+                dv_ps += nisa.nc_matmul(nl.copy(p, dtype=mm), do_rows[i])  # P^T dO
+                dp = nisa.nc_matmul(do_cols[i], v_cols)  # dO V^T: [T q, T k]
+                ds = nl.multiply(p, nl.subtract(dp, delta[i]), dtype=mm)  # dS / scale
+                dk_ps += nisa.nc_matmul(ds, q_rows[i])  # dS^T Q: [T k, D]
+                ds_t = nl.copy(nisa.nc_transpose(ds), dtype=mm)
+                dq_acc[i] = nl.add(dq_acc[i], nisa.nc_matmul(ds_t, kt))  # dS K: [T q, D]
+            dk_acc[j] = nl.add(dk_acc[j], dk_ps)
+            dv_acc[j] = nl.add(dv_acc[j], dv_ps)
+        for i in nl.affine_range(nq):
+            nl.store(dq[b, h, i * T : (i + 1) * T, :],
+                     value=nl.multiply(dq_acc[i], scale, dtype=q.dtype))
+    for j in nl.affine_range(nk):
+        nl.store(dk[b, kvh, j * T : (j + 1) * T, :],
+                 value=nl.multiply(dk_acc[j], scale, dtype=k.dtype))
+        nl.store(dv[b, kvh, j * T : (j + 1) * T, :], value=nl.copy(dv_acc[j], dtype=v.dtype))
+    return dq, dk, dv
