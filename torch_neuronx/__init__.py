@@ -84,6 +84,13 @@ except ImportError:  # not installed as a distribution (a bare source tree)
     pass
 
 
+# scaled_dot_product_attention and rms_norm on neuron run as NKI kernels
+# (TORCH_NEURONX_DISABLE_NKI_KERNELS=1: off).
+from .nki import aten_routing  # noqa: E402
+
+aten_routing.register()
+
+
 def __getattr__(name: str):
     if name in ("nki_op", "wrap_nki"):
         from .nki import torch_ops

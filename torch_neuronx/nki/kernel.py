@@ -478,6 +478,7 @@ def _run_torch(ck: CompiledKernel, tensors, outs=None):
     if device.type == "cpu":
         ck.program.run_host(addrs)
     elif device.type == "neuron":
+        _c()._note_executed(f"nki::{ck.name}")
         ck.program.launch(
             addrs,
             device.index if device.index is not None else torch.neuron.current_device(),

@@ -72,8 +72,10 @@ def current() -> Trace:
 def user_location() -> tuple[str, int, str]:
     """The innermost stack frame outside this package: the kernel's line."""
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR) and not (
-        f.f_code.co_filename.startswith(_KERNELS_DIR)
+    while (
+        f is not None
+        and f.f_code.co_filename.startswith(_PKG_DIR)
+        and not (f.f_code.co_filename.startswith(_KERNELS_DIR))
     ):
         f = f.f_back
     if f is None:

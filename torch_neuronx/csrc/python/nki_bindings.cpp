@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "aten/op_stats.h"
 #include "core/stream.h"
 
 namespace py = pybind11;
@@ -75,6 +76,8 @@ void bindNki(py::module_& m) {
   programErrorType() = py::reinterpret_borrow<py::object>(PyErr_NewException(
       "torch_neuronx._C._NkiProgramError", PyExc_ValueError, nullptr));
   m.attr("_NkiProgramError") = programErrorType();
+  // NKI launches and the ops routed to NKI kernels show in get_executed_ops().
+  m.def("_note_executed", [](const std::string& name) { noteExecuted(name); });
 
   py::class_<nki::Program, std::shared_ptr<nki::Program>>(m, "_NkiProgram")
       .def(

@@ -55,14 +55,20 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
             s = nisa.nc_matmul(q_t, k_t)  # [Q_TILE, KV_TILE] scores in PSUM
             if causal and k0 + KV > q0:
                 i_q, i_k = nl.mgrid[0:Q_TILE, 0:KV]
-                s = nisa.affine_select(q0 + i_q >= k0 + i_k, s, NEG_INF / scale,
-                                       dtype=nl.float32)
+                s = nisa.affine_select(q0 + i_q >= k0 + i_k, s, NEG_INF / scale, dtype=nl.float32)
             row_max = nisa.tensor_reduce(nl.maximum, s, axis=1, keepdims=True)
             m_new = nl.maximum(m, nl.multiply(row_max, scale))
             # p = exp(scale * s - m_new), its row sums on the way.
             row_sum = nl.ndarray((Q_TILE, 1), nl.float32)
-            p = nisa.activation(nl.exp, s, bias=nl.negative(m_new), scale=scale,
-                                reduce_op=nl.add, reduce_res=row_sum, dtype=mm_dtype)
+            p = nisa.activation(
+                nl.exp,
+                s,
+                bias=nl.negative(m_new),
+                scale=scale,
+                reduce_op=nl.add,
+                reduce_res=row_sum,
+                dtype=mm_dtype,
+            )
             alpha = nl.exp(nl.subtract(m, m_new))
             denom = nl.add(nl.multiply(denom, alpha), row_sum)
             m = m_new
@@ -147,10 +153,12 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, softmax_scale=None, causal=False):
             dk_acc[j] = nl.add(dk_acc[j], dk_ps)
             dv_acc[j] = nl.add(dv_acc[j], dv_ps)
         for i in nl.affine_range(nq):
-            nl.store(dq[b, h, i * T : (i + 1) * T, :],
-                     value=nl.multiply(dq_acc[i], scale, dtype=q.dtype))
+            nl.store(
+                dq[b, h, i * T : (i + 1) * T, :], value=nl.multiply(dq_acc[i], scale, dtype=q.dtype)
+            )
     for j in nl.affine_range(nk):
-        nl.store(dk[b, kvh, j * T : (j + 1) * T, :],
-                 value=nl.multiply(dk_acc[j], scale, dtype=k.dtype))
+        nl.store(
+            dk[b, kvh, j * T : (j + 1) * T, :], value=nl.multiply(dk_acc[j], scale, dtype=k.dtype)
+        )
         nl.store(dv[b, kvh, j * T : (j + 1) * T, :], value=nl.copy(dv_acc[j], dtype=v.dtype))
     return dq, dk, dv

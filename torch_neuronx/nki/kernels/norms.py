@@ -26,3 +26,40 @@ def rmsnorm_fwd(x, weight, eps=1e-6):
         nl.store(y[i * 128 : i * 128 + rows, :], value=out)
         nl.store(rstd_out[i * 128 : i * 128 + rows], value=rstd.reshape((rows,)))
     return y, rstd_out
+
+
+@jit
+def rmsnorm_bwd(dy, x, rstd, weight):
+    """Gradients of rmsnorm_fwd: dx = rstd * (w*dy - x_hat * mean(x_hat * w*dy))
+    with x_hat = x * rstd, and dw = sum over rows of dy * x_hat (weight may be
+    None). x, dy (N, F); rstd (N,) fp32. Returns (dx, dw or None)."""
+    N, F = x.shape
+    dx = nl.ndarray((N, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    dw = None
+    if weight is not None:
+        dw = nl.ndarray((F,), dtype=weight.dtype, buffer=nl.shared_hbm)
+        w = nl.load(weight.reshape((1, F)), dtype=nl.float32).broadcast_to((128, F))
+        dw_acc = nl.zeros((1, F), nl.float32)
+    for i in nl.affine_range((N + 127) // 128):
+        rows = min(128, N - i * 128)
+        r0 = i * 128
+        xt = nl.load(x[r0 : r0 + rows, :], dtype=nl.float32)
+        g = nl.load(dy[r0 : r0 + rows, :], dtype=nl.float32)
+        r = nl.load(rstd[r0 : r0 + rows]).reshape((rows, 1))
+        xhat = nl.multiply(xt, r)
+        gw = nl.multiply(g, w[0:rows, :]) if weight is not None else g
+        c = nl.mean(nl.multiply(gw, xhat), axis=1, keepdims=True)
+        dxt = nl.multiply(nl.subtract(gw, nl.multiply(xhat, c)), r, dtype=x.dtype)
+        nl.store(dx[r0 : r0 + rows, :], value=dxt)
+        if weight is not None:
+            # The column sums over the rows (partitions): a matmul with ones.
+            prod = nl.multiply(g, xhat)
+            ones = nl.full((rows, 1), 1.0, nl.float32)
+            for c0 in nl.affine_range((F + 511) // 512):
+                cols = slice(c0 * 512, min(F, (c0 + 1) * 512))
+                dw_acc[:, cols] = nl.add(
+                    dw_acc[:, cols], nl.matmul(ones, prod[:, cols], transpose_x=True)
+                )
+    if weight is not None:
+        nl.store(dw.reshape((1, F)), value=nl.copy(dw_acc, dtype=weight.dtype))
+    return dx, dw

@@ -17,6 +17,8 @@ def softmax_fwd(x):
         neg_max = nisa.tensor_reduce(nl.maximum, t, axis=1, keepdims=True, negate=True)
         row_sum = nl.ndarray((rows, 1), nl.float32)
         e = nisa.activation(nl.exp, t, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum)
-        nl.store(y[i * 128 : i * 128 + rows, :],
-                 value=nl.multiply(e, nl.reciprocal(row_sum), dtype=x.dtype))
+        nl.store(
+            y[i * 128 : i * 128 + rows, :],
+            value=nl.multiply(e, nl.reciprocal(row_sum), dtype=x.dtype),
+        )
     return y

@@ -1,0 +1,45 @@
+// scaled_dot_product_attention picks its backend through a dispatch stub,
+// not through the _fused_sdp_choice operator: for neuron the stub asks the
+// operator's neuron kernel (torch_neuronx/nki/aten_routing.py), which
+// chooses the NKI flash kernels when the shapes fit and the CPU rules
+// otherwise. It goes to that kernel directly, past fake-tensor and other
+// Python modes: while torch.compile traces, the operator's meta kernel
+// would always answer "math" and the compiled graph would never use the
+// kernels.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+namespace torch_neuronx {
+namespace {
+
+int64_t neuronSdpChoice(const at::Tensor& query, const at::Tensor& key,
+                        const at::Tensor& value,
+                        const std::optional<at::Tensor>& attn_mask,
+                        double dropout_p, bool is_causal,
+                        std::optional<double> scale, bool enable_gqa) {
+  static const bool has_kernel = [] {
+    auto op = c10::Dispatcher::singleton().findSchema(
+        {"aten::_fused_sdp_choice", ""});
+    return op && op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1);
+  }();
+  if (!has_kernel)  // no routing registered: the math path, as before
+    return static_cast<int64_t>(at::SDPBackend::math);
+  c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+  return at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), query, key, value,
+      attn_mask, dropout_p, is_causal, scale, enable_gqa);
+}
+
+}  // namespace
+}  // namespace torch_neuronx
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub,
+                              &torch_neuronx::neuronSdpChoice)
+}  // namespace at::native

@@ -1,0 +1,208 @@
+"""ATen operators that run as NKI kernels on neuron tensors.
+
+- ``scaled_dot_product_attention``: the neuron ``_fused_sdp_choice`` picks the
+  overrideable backend when the shapes fit the flash kernels (4-D fp32/bf16
+  q/k/v, query length a multiple of 128, key length a multiple of 128, head
+  dim <= 128, no mask, no dropout; causal only for equal lengths; grouped
+  query heads), and ``_scaled_dot_product_fused_attention_overrideable`` and
+  its backward run ``flash_attention_fwd`` / ``flash_attention_bwd``.
+  Anything else takes the backend the CPU rules choose, as before.
+- ``rms_norm`` (``_fused_rms_norm`` and its backward, as on CUDA) runs
+  ``rmsnorm_fwd`` / ``rmsnorm_bwd`` over the last dimension.
+
+``TORCH_NEURONX_DISABLE_NKI_KERNELS=1`` turns the routing off (read at each
+call). ``torch_neuronx.get_executed_ops()`` lists ``nki::<kernel>`` for each
+kernel that ran.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+_OVERRIDEABLE = 4  # SDPBackend.overrideable
+_lib = None
+
+
+def enabled() -> bool:
+    return os.environ.get("TORCH_NEURONX_DISABLE_NKI_KERNELS", "0") in ("", "0")
+
+
+def _sdpa_fits(q, k, v, attn_mask, dropout_p, is_causal) -> bool:
+    if not enabled() or attn_mask is not None or dropout_p != 0.0:
+        return False
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return False
+    if q.dtype not in (torch.float32, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
+        return False
+    B, H, S, D = q.shape
+    if k.shape[0] != B or v.shape[:3] != k.shape[:3] or k.shape[3] != D or v.shape[3] != D:
+        return False
+    KVH, Sk = k.shape[1], k.shape[2]
+    if KVH == 0 or H % KVH or S % 128 or Sk % 128 or D > 128 or S == 0 or Sk == 0:
+        return False
+    if is_causal and S != Sk:
+        return False
+    return not (q.requires_grad or k.requires_grad or v.requires_grad) or S % 128 == 0
+
+
+def _cpu_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """The choice the CPU rules make for the same metadata (no data read)."""
+
+    def like(t):
+        if t is None:
+            return None
+        return torch.empty(1, dtype=t.dtype).as_strided(t.shape, t.stride())
+
+    return torch.ops.aten._fused_sdp_choice.default(
+        like(q),
+        like(k),
+        like(v),
+        like(attn_mask),
+        dropout_p,
+        is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
+
+
+def _fused_sdp_choice(
+    q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
+):
+    if _sdpa_fits(q, k, v, attn_mask, dropout_p, is_causal):
+        return _OVERRIDEABLE
+    return _cpu_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _sdpa_forward(
+    q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
+):
+    from . import kernels
+
+    if attn_bias is not None or dropout_p != 0.0:
+        raise RuntimeError("neuron: the fused attention kernel takes no mask and no dropout")
+    B, H, S, D = q.shape
+    scale = scale if scale is not None else 1.0 / math.sqrt(D)
+    o, lse = kernels.flash_attention_fwd[B, H](q, k, v, softmax_scale=scale, causal=is_causal)
+    if not q.is_contiguous():
+        # The output has the query's memory layout (as the meta kernel says,
+        # which compiled graphs rely on).
+        order = sorted(range(4), key=lambda d: -q.stride(d))
+        laid = torch.empty([q.shape[d] for d in order], dtype=o.dtype, device=o.device)
+        out = laid.permute([order.index(d) for d in range(4)])
+        out.copy_(o)
+        o = out
+    empty = torch.empty(0, device=q.device)
+    empty_i = torch.empty(0, dtype=torch.int64, device=q.device)
+    return (o, lse, empty_i, empty_i, S, k.shape[2], empty_i, empty_i, empty)
+
+
+def _sdpa_backward(
+    grad_out,
+    q,
+    k,
+    v,
+    attn_bias,
+    grad_input_mask,
+    out,
+    logsumexp,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    philox_seed,
+    philox_offset,
+    *,
+    scale=None,
+):
+    from . import kernels
+
+    B, H, S, D = q.shape
+    scale = scale if scale is not None else 1.0 / math.sqrt(D)
+    dq, dk, dv = kernels.flash_attention_bwd[B, k.shape[1]](
+        q, k, v, out, grad_out, logsumexp, softmax_scale=scale, causal=is_causal
+    )
+    return dq, dk, dv, torch.empty(0, device=q.device)
+
+
+def _rms_fits(x, normalized_shape, weight) -> bool:
+    return (
+        enabled()
+        and len(normalized_shape) == 1
+        and x.dim() >= 1
+        and x.numel() > 0
+        and x.dtype in (torch.float32, torch.bfloat16)
+        and x.shape[-1] <= 8192
+        and (weight is None or weight.dtype == x.dtype)
+    )
+
+
+def _fused_rms_norm(x, normalized_shape, weight=None, eps=None):
+    from . import kernels
+
+    if not _rms_fits(x, normalized_shape, weight):
+        return _rms_norm_reference(x, normalized_shape, weight, eps)
+    eps = eps if eps is not None else torch.finfo(x.dtype).eps
+    F = x.shape[-1]
+    x2 = x.reshape(-1, F)
+    y, rstd = kernels.rmsnorm_fwd(x2, weight, eps=float(eps))
+    return y.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))
+
+
+def _rms_norm_reference(x, normalized_shape, weight, eps):
+    dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
+    eps = eps if eps is not None else torch.finfo(x.dtype).eps
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)
+    y = xf * rstd
+    if weight is not None:
+        y = y * weight.float()
+    return y.to(x.dtype), rstd
+
+
+def _fused_rms_norm_backward(grad_out, x, normalized_shape, rstd, weight, output_mask):
+    from . import kernels
+
+    F = x.shape[-1]
+    if _rms_fits(x, normalized_shape, weight):
+        dx, dw = kernels.rmsnorm_bwd(
+            grad_out.reshape(-1, F), x.reshape(-1, F), rstd.reshape(-1).float(), weight
+        )
+        dx = dx.reshape(x.shape)
+        dw = dw.reshape(weight.shape) if weight is not None else None
+    else:  # the same formula in ATen ops
+        dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
+        xf, g = x.float(), grad_out.float()
+        xhat = xf * rstd
+        gw = g * weight.float() if weight is not None else g
+        dx = (rstd * (gw - xhat * (gw * xhat).mean(dims, keepdim=True))).to(x.dtype)
+        dw = (
+            (g * xhat).sum(tuple(range(x.dim() - len(normalized_shape)))).to(weight.dtype)
+            if weight is not None
+            else None
+        )
+    return (dx if output_mask[0] else None, dw if output_mask[1] and weight is not None else None)
+
+
+def _rms_norm_autograd(x, normalized_shape, weight=None, eps=None):
+    # As CUDA: rms_norm goes through the fused op (which has a derivative).
+    return torch.ops.aten._fused_rms_norm(x, normalized_shape, weight, eps)[0]
+
+
+def register() -> None:
+    global _lib
+    if _lib is not None:
+        return
+    _lib = torch.library.Library("aten", "IMPL")
+    _lib.impl("_fused_sdp_choice", _fused_sdp_choice, "PrivateUse1")
+    _lib.impl("_scaled_dot_product_fused_attention_overrideable", _sdpa_forward, "PrivateUse1")
+    _lib.impl(
+        "_scaled_dot_product_fused_attention_overrideable_backward", _sdpa_backward, "PrivateUse1"
+    )
+    _lib.impl("_fused_rms_norm", _fused_rms_norm, "PrivateUse1")
+    _lib.impl("_fused_rms_norm_backward", _fused_rms_norm_backward, "PrivateUse1")
+    _lib.impl("rms_norm", _rms_norm_autograd, "AutogradPrivateUse1")
