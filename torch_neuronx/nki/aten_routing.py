@@ -6,7 +6,8 @@
   dim <= 128, no mask, no dropout; causal only for equal lengths; grouped
   query heads), and ``_scaled_dot_product_fused_attention_overrideable`` and
   its backward run ``flash_attention_fwd`` / ``flash_attention_bwd``.
-  Anything else takes the backend the CPU rules choose, as before.
+  Anything else takes the math backend (the device's composite ops), as
+  before.
 - ``rms_norm`` (``_fused_rms_norm`` and its backward, as on CUDA) runs
   ``rmsnorm_fwd`` / ``rmsnorm_bwd`` over the last dimension.
 
@@ -22,6 +23,7 @@ import os
 
 import torch
 
+_MATH = 0  # SDPBackend.math
 _OVERRIDEABLE = 4  # SDPBackend.overrideable
 _lib = None
 
@@ -48,32 +50,12 @@ def _sdpa_fits(q, k, v, attn_mask, dropout_p, is_causal) -> bool:
     return not (q.requires_grad or k.requires_grad or v.requires_grad) or S % 128 == 0
 
 
-def _cpu_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    """The choice the CPU rules make for the same metadata (no data read)."""
-
-    def like(t):
-        if t is None:
-            return None
-        return torch.empty(1, dtype=t.dtype).as_strided(t.shape, t.stride())
-
-    return torch.ops.aten._fused_sdp_choice.default(
-        like(q),
-        like(k),
-        like(v),
-        like(attn_mask),
-        dropout_p,
-        is_causal,
-        scale=scale,
-        enable_gqa=enable_gqa,
-    )
-
-
 def _fused_sdp_choice(
     q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
 ):
     if _sdpa_fits(q, k, v, attn_mask, dropout_p, is_causal):
         return _OVERRIDEABLE
-    return _cpu_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return _MATH  # the device's composite ops
 
 
 def _sdpa_forward(
@@ -94,9 +76,13 @@ def _sdpa_forward(
         out = laid.permute([order.index(d) for d in range(4)])
         out.copy_(o)
         o = out
+    # The rest as the meta kernel has them (compiled graphs check): no
+    # variable-length offsets, 0-d seed and offset (no dropout).
     empty = torch.empty(0, device=q.device)
     empty_i = torch.empty(0, dtype=torch.int64, device=q.device)
-    return (o, lse, empty_i, empty_i, S, k.shape[2], empty_i, empty_i, empty)
+    seed = torch.zeros((), dtype=torch.int64, device=q.device)
+    offset = torch.zeros((), dtype=torch.int64, device=q.device)
+    return (o, lse, empty_i, empty_i, S, k.shape[2], seed, offset, empty)
 
 
 def _sdpa_backward(

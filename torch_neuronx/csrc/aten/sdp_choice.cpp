@@ -1,8 +1,7 @@
 // scaled_dot_product_attention picks its backend through a dispatch stub,
 // not through the _fused_sdp_choice operator: for neuron the stub asks the
 // operator's neuron kernel (torch_neuronx/nki/aten_routing.py), which
-// chooses the NKI flash kernels when the shapes fit and the CPU rules
-// otherwise. It goes to that kernel directly, past fake-tensor and other
+// chooses the NKI flash kernels when the shapes fit and math otherwise. It goes to that kernel directly, past fake-tensor and other
 // Python modes: while torch.compile traces, the operator's meta kernel
 // would always answer "math" and the compiled graph would never use the
 // kernels.
