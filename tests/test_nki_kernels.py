@@ -1,0 +1,223 @@
+"""The NKI kernel library against torch references on random shapes, and the
+ATen operators routed to it on neuron (SDPA, rms_norm)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+from torch_neuronx.nki import kernels
+
+GEN = torch.Generator().manual_seed(0)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=GEN).to(dtype)
+
+
+def rel_err(a, b):
+    a, b = a.detach().cpu().float(), b.detach().float()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
+
+
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+ATTN_SHAPES = [  # B, H, KVH, S, Sk, D
+    (1, 2, 2, 128, 128, 64),
+    (2, 4, 2, 256, 512, 32),
+    (1, 3, 1, 384, 384, 128),
+    (1, 2, 2, 512, 1024, 80),
+]
+
+
+@pytest.mark.parametrize("shape", ATTN_SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flash_attention_forward_and_backward(shape, causal, dtype):
+    B, H, KVH, S, Sk, D = shape
+    if causal and S != Sk:
+        pytest.skip("causal attention here is for equal lengths")
+    q = randn(B, H, S, D, dtype=dtype).requires_grad_()
+    k = randn(B, KVH, Sk, D, dtype=dtype).requires_grad_()
+    v = randn(B, KVH, Sk, D, dtype=dtype).requires_grad_()
+    do = randn(B, H, S, D, dtype=dtype)
+    qn, kn, vn, don = (t.detach().to("neuron") for t in (q, k, v, do))
+    scale = 0.5 / math.sqrt(D)
+    o, lse = kernels.flash_attention_fwd[B, H](qn, kn, vn, softmax_scale=scale, causal=causal)
+    kk = k.float().repeat_interleave(H // KVH, 1)
+    vv = v.float().repeat_interleave(H // KVH, 1)
+    ref = F.scaled_dot_product_attention(q.float(), kk, vv, is_causal=causal, scale=scale)
+    assert rel_err(o, ref) < TOL[dtype]
+    s = (q.float() @ kk.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(S, Sk, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(
+        lse.cpu(),
+        torch.logsumexp(s, -1).detach(),
+        rtol=1e-3,
+        atol=1e-3 if dtype == torch.float32 else 5e-2,
+    )
+    dq, dk, dv = kernels.flash_attention_bwd[B, KVH](
+        qn, kn, vn, o, don, lse, softmax_scale=scale, causal=causal
+    )
+    ref.backward(do.float())
+    for got, want in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
+        assert got.dtype == dtype
+        assert rel_err(got, want) < TOL[dtype] * 2
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 64), (300, 256), (128, 1000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_rmsnorm_forward_and_backward(rows, cols, dtype, with_weight):
+    x = randn(rows, cols, dtype=dtype).requires_grad_()
+    w = randn(cols, dtype=dtype).requires_grad_() if with_weight else None
+    dy = randn(rows, cols, dtype=dtype)
+    wn = w.detach().to("neuron") if with_weight else None
+    y, rstd = kernels.rmsnorm_fwd(x.detach().to("neuron"), wn, eps=1e-5)
+    ref = F.rms_norm(x.float(), (cols,), w.float() if with_weight else None, 1e-5)
+    assert rel_err(y, ref) < TOL[dtype]
+    torch.testing.assert_close(
+        rstd.cpu(), torch.rsqrt(x.float().pow(2).mean(-1) + 1e-5).detach(), rtol=1e-5, atol=1e-5
+    )
+    dx, dw = kernels.rmsnorm_bwd(dy.to("neuron"), x.detach().to("neuron"), rstd, wn)
+    ref.backward(dy.float())
+    assert rel_err(dx, x.grad) < TOL[dtype] * 2
+    if with_weight:
+        assert rel_err(dw, w.grad) < TOL[dtype] * 2
+    else:
+        assert dw is None
+
+
+@pytest.mark.parametrize("rows,cols", [(5, 7), (200, 512), (128, 3000)])
+def test_softmax(rows, cols):
+    x = randn(rows, cols) * 4
+    assert rel_err(kernels.softmax_fwd(x.to("neuron")), x.softmax(-1)) < 1e-5
+
+
+@pytest.mark.parametrize("k,m,n", [(128, 128, 512), (384, 256, 1024)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiled_matmul(k, m, n, dtype):
+    a, b = randn(k, m, dtype=dtype), randn(k, n, dtype=dtype)
+    out = kernels.tiled_matmul(a.to("neuron"), b.to("neuron"))
+    assert out.dtype == dtype
+    assert rel_err(out, a.float().T @ b.float()) < TOL[dtype]
+
+
+# Routing of ATen operators -------------------------------------------------------
+def nki_ops():
+    return {o for o in torch_neuronx.get_executed_ops() if o.startswith("nki::")}
+
+
+@pytest.fixture
+def fresh_tracking():
+    torch_neuronx.clear_op_tracking()
+    yield
+
+
+def test_sdpa_runs_the_flash_kernels_when_shapes_fit(fresh_tracking):
+    q = randn(2, 4, 256, 64).requires_grad_()
+    k = randn(2, 2, 256, 64).requires_grad_()
+    v = randn(2, 2, 256, 64).requires_grad_()
+    qn, kn, vn = (t.detach().to("neuron").requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qn, kn, vn, is_causal=True, enable_gqa=True)
+    o.square().sum().backward()
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    ref.square().sum().backward()
+    assert rel_err(o, ref) < 1e-5
+    for got, want in ((qn.grad, q.grad), (kn.grad, k.grad), (vn.grad, v.grad)):
+        assert rel_err(got, want) < 1e-4
+    assert {"nki::flash_attention_fwd", "nki::flash_attention_bwd"} <= nki_ops()
+
+
+def test_sdpa_keeps_the_query_layout(fresh_tracking):
+    x = randn(1, 128, 2, 32).to("neuron")  # (B, S, H, D) viewed as (B, H, S, D)
+    q = x.transpose(1, 2)
+    o = F.scaled_dot_product_attention(q, q, q)
+    assert "nki::flash_attention_fwd" in nki_ops()
+    assert o.stride() == q.stride()
+    assert rel_err(o, F.scaled_dot_product_attention(*(q.cpu(),) * 3)) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "case", ["mask", "dropout", "seq_100", "head_256", "fp16", "causal_unequal"]
+)
+def test_sdpa_takes_math_when_shapes_do_not_fit(case, fresh_tracking):
+    B, H, S, D, dtype = 1, 2, 128, 32, torch.float32
+    kw = {}
+    Sk = S
+    if case == "seq_100":
+        S = Sk = 100
+    if case == "head_256":
+        D = 256
+    if case == "fp16":
+        dtype = torch.float16
+    if case == "causal_unequal":
+        Sk, kw = 256, {"is_causal": True}
+    q, k, v = (
+        randn(B, H, S, D, dtype=dtype),
+        randn(B, H, Sk, D, dtype=dtype),
+        randn(B, H, Sk, D, dtype=dtype),
+    )
+    if case == "mask":
+        kw = {"attn_mask": torch.ones(S, Sk, dtype=torch.bool).tril()}
+    if case == "dropout":
+        kw = {"dropout_p": 0.0}  # exactly zero still fits; a real dropout does not
+        o = F.scaled_dot_product_attention(*(t.to("neuron") for t in (q, k, v)), **kw)
+        assert "nki::flash_attention_fwd" in nki_ops()
+        torch_neuronx.clear_op_tracking()
+        kw = {"dropout_p": 0.5}
+        F.scaled_dot_product_attention(*(t.to("neuron") for t in (q, k, v)), **kw)
+        assert "nki::flash_attention_fwd" not in nki_ops()
+        return
+    kwn = {n: (t.to("neuron") if isinstance(t, torch.Tensor) else t) for n, t in kw.items()}
+    o = F.scaled_dot_product_attention(*(t.to("neuron") for t in (q, k, v)), **kwn)
+    assert "nki::flash_attention_fwd" not in nki_ops()
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kw)
+    assert rel_err(o, ref) < (1e-2 if dtype == torch.float16 else 1e-5)
+
+
+def test_env_var_turns_the_routing_off(monkeypatch, fresh_tracking):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NKI_KERNELS", "1")
+    q = randn(1, 2, 128, 32).to("neuron")
+    F.scaled_dot_product_attention(q, q, q)
+    F.rms_norm(q, (32,))
+    assert not nki_ops()
+
+
+def test_sdpa_under_compile_runs_the_flash_kernels(fresh_tracking):
+    q = randn(1, 2, 256, 64).to("neuron").requires_grad_()
+
+    def f(q):
+        return F.scaled_dot_product_attention(q, q, q, is_causal=True).sum()
+
+    # Compiled graphs are cached by graph, not by the routing: compile anew.
+    with torch._inductor.config.patch(force_disable_caches=True):
+        torch._dynamo.reset()
+        loss = torch.compile(f, backend="neuron", fullgraph=True)(q)
+    loss.backward()
+    qc = q.detach().cpu().requires_grad_()
+    ref = f(qc)
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-3
+    assert rel_err(q.grad, qc.grad) < 1e-4
+    assert {"nki::flash_attention_fwd", "nki::flash_attention_bwd"} <= nki_ops()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_runs_the_kernel(dtype, fresh_tracking):
+    x = randn(4, 50, 96, dtype=dtype).requires_grad_()
+    w = randn(96, dtype=dtype).requires_grad_()
+    xn, wn = (t.detach().to("neuron").requires_grad_() for t in (x, w))
+    y = F.rms_norm(xn, (96,), wn, eps=1e-6)
+    (y.float() * torch.arange(96, device="neuron")).sum().backward()
+    ref = F.rms_norm(x, (96,), w, eps=1e-6)
+    (ref.float() * torch.arange(96)).sum().backward()
+    assert y.dtype == dtype
+    assert rel_err(y, ref) < TOL[dtype]
+    assert rel_err(xn.grad, x.grad) < TOL[dtype] * 2
+    assert rel_err(wn.grad, w.grad) < TOL[dtype] * 4
+    assert {"nki::rmsnorm_fwd", "nki::rmsnorm_bwd"} <= nki_ops()
+    assert "aten::_fused_rms_norm" in torch_neuronx.get_executed_ops()
