@@ -106,6 +106,74 @@ def test_tiled_matmul(k, m, n, dtype):
     assert rel_err(out, a.float().T @ b.float()) < TOL[dtype]
 
 
+@pytest.mark.parametrize("rows,cols", [(1, 64), (300, 384), (128, 1100)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layernorm_forward_and_backward(rows, cols, dtype, affine):
+    x = (randn(rows, cols) * 3 + 1).to(dtype).requires_grad_()
+    w = randn(cols, dtype=dtype).requires_grad_() if affine else None
+    b = randn(cols, dtype=dtype).requires_grad_() if affine else None
+    dy = randn(rows, cols, dtype=dtype)
+
+    def dev(t):
+        return t.detach().to("neuron") if t is not None else None
+
+    y, mean, rstd = kernels.layernorm_fwd(dev(x), dev(w), dev(b), eps=1e-5)
+    ref = F.layer_norm(
+        x.float(), (cols,), w.float() if affine else None, b.float() if affine else None, 1e-5
+    )
+    assert rel_err(y, ref) < TOL[dtype]
+    torch.testing.assert_close(mean.cpu(), x.float().mean(-1).detach(), rtol=1e-4, atol=1e-5)
+    dx, dw, db = kernels.layernorm_bwd(
+        dy.to("neuron"), dev(x), mean, rstd, dev(w), with_bias=affine
+    )
+    ref.backward(dy.float())
+    assert rel_err(dx, x.grad) < TOL[dtype] * 2
+    if affine:
+        assert rel_err(dw, w.grad) < TOL[dtype] * 2
+        assert rel_err(db, b.grad) < TOL[dtype] * 2
+    else:
+        assert dw is None and db is None
+
+
+@pytest.mark.parametrize("rows,d", [(7, 16), (300, 128)])
+def test_rope(rows, d):
+    x, c, s = randn(rows, d), randn(rows, d // 2), randn(rows, d // 2)
+    h = d // 2
+    ref = torch.cat([x[:, :h] * c - x[:, h:] * s, x[:, h:] * c + x[:, :h] * s], 1)
+    out = kernels.rope_fwd(x.to("neuron"), c.to("neuron"), s.to("neuron"))
+    assert rel_err(out, ref) < 1e-6
+    # The inverse rotation (the backward pass) brings x back.
+    back = kernels.rope_fwd(out, c.to("neuron"), (-s).to("neuron"))
+    cs = torch.cat([c, c], 1).square() + torch.cat([s, s], 1).square()
+    assert rel_err(back, x * cs) < 1e-5
+
+
+@pytest.mark.parametrize("n,h,i", [(50, 128, 256), (200, 256, 640)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_swiglu_mlp(n, h, i, dtype):
+    x = randn(n, h, dtype=dtype)
+    wg, wu, wd = (
+        randn(h, i, dtype=dtype) / 16,
+        randn(h, i, dtype=dtype) / 16,
+        randn(i, h, dtype=dtype) / 16,
+    )
+    ref = (F.silu(x.float() @ wg.float()) * (x.float() @ wu.float())) @ wd.float()
+    out = kernels.swiglu_mlp(*(t.to("neuron") for t in (x, wg, wu, wd)))
+    assert rel_err(out, ref) < TOL[dtype] * 2
+
+
+@pytest.mark.parametrize("groups", [(70, 0, 130, 100), (128, 256), (1,)])
+def test_moe_grouped_matmul(groups):
+    T = sum(groups)
+    x = randn(T, 256)
+    w = randn(len(groups), 256, 600)
+    bounds = [sum(groups[:e]) for e in range(len(groups) + 1)]
+    ref = torch.cat([x[bounds[e] : bounds[e + 1]] @ w[e] for e in range(len(groups))])
+    out = kernels.grouped_matmul(x.to("neuron"), w.to("neuron"), groups)
+    assert rel_err(out, ref) < 1e-5
+
+
 # Routing of ATen operators -------------------------------------------------------
 def nki_ops():
     return {o for o in torch_neuronx.get_executed_ops() if o.startswith("nki::")}
