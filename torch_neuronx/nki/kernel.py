@@ -174,7 +174,9 @@ def _param_mutability(fn, names) -> dict:
 
 
 # Tracing ------------------------------------------------------------------
-def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> CompiledKernel:
+def trace_kernel(
+    kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, writable_args: bool = False
+) -> CompiledKernel:
     fn = kernel.fn
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
@@ -197,7 +199,7 @@ def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
                     info.shape,
                     info.strides,
                     name,
-                    mutable=mutable.get(name, False) or kernel.outputs_in_args,
+                    mutable=mutable.get(name, False) or writable_args,
                 )
                 views[name] = v
                 arg_order.append(name)
@@ -344,8 +346,14 @@ def _signature_key(grid, args, kwargs):
     )
 
 
-def compiled_for(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> CompiledKernel:
-    key = _signature_key(grid, args, kwargs)
+def compiled_for(
+    kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, writable_args: bool = False
+) -> CompiledKernel:
+    """The kernel's trace for these arguments (cached). `writable_args`:
+    every argument may be written (kernels that take their outputs as
+    arguments: nki.baremetal, simulate_kernel, nki_jit)."""
+    writable_args = writable_args or kernel.outputs_in_args
+    key = (_signature_key(grid, args, kwargs), writable_args)
     with kernel._lock:
         ck = kernel._cache.get(key)
     if ck is None:
@@ -354,7 +362,7 @@ def compiled_for(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            ck = trace_kernel(kernel, grid, args, kwargs)
+            ck = trace_kernel(kernel, grid, args, kwargs, writable_args)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -363,12 +371,14 @@ def compiled_for(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
     return ck
 
 
-def launch(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, outs=None):
+def launch(
+    kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, outs=None, writable_args: bool = False
+):
     """Runs the kernel; `outs`: tensors to write its results into (else new)."""
     # A kernel called from inside another kernel is inlined (sub-kernels).
     if getattr(tr._state, "trace", None) is not None:
         return kernel.fn(*args, **kwargs)
-    ck = compiled_for(kernel, grid, args, kwargs)
+    ck = compiled_for(kernel, grid, args, kwargs, writable_args)
     kernel.last_profile = ck.profile()
     # Bind in the kernel's parameter order (keyword tensors included).
     bound = inspect.signature(kernel.fn).bind(*args, **kwargs)

@@ -7,31 +7,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernel import GridLaunch, Kernel, as_kernel, compiled_for, launch
+from .kernel import GridLaunch, Kernel, _grid_tuple, as_kernel, compiled_for, launch
 from .profile import KernelProfile
-
-
-def _legacy(k) -> tuple[Kernel, tuple]:
-    kernel, grid = as_kernel(k)
-    if not kernel.outputs_in_args:
-        # Older kernels write their outputs into arguments in these modes.
-        kernel = Kernel(kernel.fn, mode=kernel.mode, outputs_in_args=True, **kernel.options)
-    return kernel, grid
 
 
 def simulate_kernel(kernel, *args, **kwargs):
     """Runs ``kernel`` (optionally ``kernel[grid]``) on NumPy arrays and
     returns its results as NumPy arrays; arguments it writes are updated in
     place."""
-    k, grid = _legacy(kernel)
-    return launch(k, grid, args, kwargs)
+    k, grid = as_kernel(kernel)
+    return launch(k, grid, args, kwargs, writable_args=True)
+
+
+class _Simulated:
+    """``nki.simulate(kernel)``: calls on NumPy arrays or torch tensors;
+    arguments the kernel writes are updated in place."""
+
+    def __init__(self, kernel, grid=()):
+        self.kernel, self.grid = kernel, grid
+
+    def __getitem__(self, grid):
+        return _Simulated(self.kernel, _grid_tuple(grid))
+
+    def __call__(self, *args, **kwargs):
+        return launch(self.kernel, self.grid, args, kwargs, writable_args=True)
 
 
 def simulate(kernel):
     """``nki.simulate(kernel)(*arrays)``: NumPy or torch tensors in, the same
     out."""
-    k, grid = _legacy(kernel)
-    return GridLaunch(k, grid) if grid else k
+    k, grid = as_kernel(kernel)
+    return _Simulated(k, grid)
 
 
 class _Baremetal(Kernel):
@@ -53,8 +59,8 @@ def estimate(kernel, *args, target: str = "trn2", **kwargs) -> KernelProfile:
     """The cost model's estimate of ``kernel(*args)`` without running it.
     Arguments may be arrays, tensors or ``nt.tensor[shape, dtype]`` specs.
     ``target``: "trn2" (NeuronCore-v3, default) or "trn1" (NeuronCore-v2)."""
-    k, grid = _legacy(kernel)
-    return compiled_for(k, grid, args, kwargs).profile(target)
+    k, grid = as_kernel(kernel)
+    return compiled_for(k, grid, args, kwargs, writable_args=True).profile(target)
 
 
 class _Latency:
@@ -81,22 +87,16 @@ class _Benchmarked:
         self.benchmark_result = None
 
     def __getitem__(self, grid):
-        return _Benchmarked(
-            self._kernel,
-            GridLaunch(self._kernel, grid).grid if not isinstance(grid, tuple) else tuple(grid),
-            self._target,
-            self.warmup,
-            self.iters,
-        )
+        return _Benchmarked(self._kernel, _grid_tuple(grid), self._target, self.warmup, self.iters)
 
     def __call__(self, *args, **kwargs):
-        ck = compiled_for(self._kernel, self._grid, args, kwargs)
+        ck = compiled_for(self._kernel, self._grid, args, kwargs, writable_args=True)
         self.benchmark_result = _BenchmarkResult(ck.profile(self._target))
         if all(
             not hasattr(a, "shape") or isinstance(a, np.ndarray) or hasattr(a, "data_ptr")
             for a in args
         ) and not any(type(a).__name__ == "TensorSpec" for a in args):
-            return launch(self._kernel, self._grid, args, kwargs)
+            return launch(self._kernel, self._grid, args, kwargs, writable_args=True)
         return None
 
 
@@ -107,7 +107,7 @@ def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, target: str = 
     and runs it when given data."""
     if kernel is None:
         return lambda k: benchmark(k, warmup=warmup, iters=iters, target=target, **kwargs)
-    k, grid = _legacy(kernel)
+    k, grid = as_kernel(kernel)
     return _Benchmarked(k, grid, target, warmup, iters)
 
 

@@ -444,6 +444,17 @@ class View:
         shape = tuple(shape)
         if self.shape == shape:
             return self
+        if self.buf.space != HBM and self.ndim < len(shape):
+            # A tile's dims line up from the partition dim: a (P,) reduction
+            # result broadcasts as (P, 1).
+            pad = len(shape) - self.ndim
+            return View(
+                self.buf,
+                self.offset,
+                self.shape + (1,) * pad,
+                self.strides + (0,) * pad,
+                self.checks,
+            ).broadcast_to(shape)
         try:
             bshape = broadcast_shapes(self.shape, shape)
         except IndexError:
