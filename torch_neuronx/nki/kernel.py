@@ -44,6 +44,8 @@ class CompiledKernel:
     _profiles: dict = field(default_factory=dict)
 
     def profile(self, target: str = "trn2") -> KernelProfile:
+        if target not in ("trn2", "trn1"):
+            raise ValueError(f"NKI: unknown target {target!r} (use 'trn2' or 'trn1')")
         p = self._profiles.get(target)
         if p is None:
             p = KernelProfile.from_dict(

@@ -98,6 +98,42 @@ int64_t dmaBytes(const Program& prog, const Access& a, int64_t& rows) {
   return n * es;
 }
 
+// The core's share of HBM bandwidth over time: reserved up to `busy_until`,
+// with the idle gaps before it that later-ready transfers may still fill
+// (the most recent ones; older gaps are forgotten to bound the cost).
+class DmaBandwidth {
+ public:
+  double reserve(double ready, double cost) {
+    for (size_t k = 0; k < gaps_.size(); ++k) {
+      const double s = std::max(gaps_[k].first, ready);
+      if (s + cost <= gaps_[k].second) {
+        const double gap_end = gaps_[k].second;
+        // [begin, s) and [s + cost, end) stay free.
+        if (s + cost < gap_end)
+          gaps_.insert(gaps_.begin() + static_cast<long>(k) + 1,
+                       {s + cost, gap_end});
+        if (s > gaps_[k].first) {
+          gaps_[k].second = s;
+        } else {
+          gaps_.erase(gaps_.begin() + static_cast<long>(k));
+        }
+        if (gaps_.size() > kMaxGaps) gaps_.erase(gaps_.begin());
+        return s;
+      }
+    }
+    const double s = std::max(ready, busy_until_);
+    if (s > busy_until_) gaps_.push_back({busy_until_, s});
+    if (gaps_.size() > kMaxGaps) gaps_.erase(gaps_.begin());
+    busy_until_ = s + cost;
+    return s;
+  }
+
+ private:
+  static constexpr size_t kMaxGaps = 64;
+  std::vector<std::pair<double, double>> gaps_;  // by start time
+  double busy_until_ = 0;
+};
+
 }  // namespace
 
 const CostParameters& trainium2CostParameters() {
@@ -200,6 +236,7 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
   const auto& buffers = prog.buffers();
   std::vector<History> history(buffers.size());
   double engine_free[kEngines] = {0, 0, 0, 0, 0};
+  DmaBandwidth dma;
   double end = 0;
   for (const Instruction& in : prog.instructions()) {
     const int e = static_cast<int>(in.engine);
@@ -221,11 +258,14 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
       ready = std::max(
           {ready, readyAfter(h.writes, dst_box), readyAfter(h.reads, dst_box)});
     }
-    const double start = std::max(engine_free[e], ready);
+    double start = std::max(engine_free[e], ready);
     double finish;
     if (in.engine == Engine::kDma) {
-      // The bandwidth is the shared resource; the latency overlaps.
-      engine_free[e] = start + cost;
+      // The bandwidth is the shared resource and the latency overlaps. The
+      // DMA queues run independently: a transfer whose data is ready may use
+      // time the bandwidth sat idle while an earlier one (in program order)
+      // waited for its data.
+      start = dma.reserve(ready, cost);
       finish = start + cost + p.dma_latency_ns;
       int64_t rows = 1;
       out.dma_bytes += std::max(dmaBytes(prog, in.src[0], rows),
