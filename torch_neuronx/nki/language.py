@@ -215,7 +215,11 @@ def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> 
 
 def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     v = ndarray(shape, dtype, buffer=buffer, name=name)
-    _memset(v, 0.0, user_location())
+    loc = user_location()
+    if v.buf.space == PSUM:
+        v.buf.pending_zero = loc  # emitted at first use, or folded into a matmul
+    else:
+        _memset(v, 0.0, loc)
     return v
 
 

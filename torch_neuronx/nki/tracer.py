@@ -104,6 +104,7 @@ class Buf:
         "producer",
         "consumed",
         "kind",
+        "pending_zero",
     )
 
     def __init__(
@@ -131,6 +132,10 @@ class Buf:
         self.producer = -1  # the instruction that wrote it whole (fusion)
         self.consumed = False
         self.kind = kind  # "tile", "input", "output", "scratch"
+        # nl.zeros of a PSUM tile: the zeroing is deferred (the location of
+        # the call), so that a matmul group accumulating into it can write
+        # the first product instead, as the NKI compiler does.
+        self.pending_zero = None
 
     @property
     def elements(self) -> int:
@@ -240,6 +245,9 @@ class Trace:
         loc=None,
     ) -> int:
         loc = loc or user_location()
+        for v in (dst, *srcs):
+            if isinstance(v, View) and v.buf.pending_zero is not None:
+                self.flush_zero(v.buf)
         words = [OP[op], ENGINE[engine], alu0, alu1, act, flags, self.loc_id(loc), keep]
         words += access_words(dst, loc)
         srcs = list(srcs) + [None] * (3 - len(srcs))
@@ -268,6 +276,13 @@ class Trace:
 
     HEADER = 8
     ACCESS = 3 + 2 * MAX_DIMS
+
+    def flush_zero(self, buf: Buf) -> None:
+        """Emits the deferred zeroing of a PSUM tile (something else reads
+        or writes it first)."""
+        loc = buf.pending_zero
+        buf.pending_zero = None
+        self.emit("memset", "vector", View.contiguous(buf), (), imm=(0.0,), loc=loc)
 
     def retarget_last(self, value: View, target: View, accumulate: bool = False) -> bool:
         """Makes the last instruction (which wrote `value`'s whole buffer,
@@ -303,6 +318,14 @@ class Trace:
                 return False
         if target.buf.kind == "input" and not target.buf.mutable:
             return False
+        if target.buf.pending_zero is not None:
+            # A whole zeroed PSUM tile: the product is its first value (an
+            # accumulation group starts by overwriting). A part of one: the
+            # zeros must come first, which they no longer can.
+            if not target.covers_buffer():
+                return False
+            target.buf.pending_zero = None
+            accumulate = False
         self.words[base + self.HEADER : base + self.HEADER + self.ACCESS] = tw
         if accumulate:
             self.words[base + 5] |= FLAG_ACCUMULATE

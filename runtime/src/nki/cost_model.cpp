@@ -176,7 +176,8 @@ double instructionCost(const Program& prog, const Instruction& in,
       const double effective =
           static_cast<double>(rows) *
           static_cast<double>(std::max(row_bytes, p.dma_efficient_row_bytes));
-      return p.dma_issue_ns + effective / p.hbm_bytes_per_ns;
+      return p.dma_issue_ns +
+             effective / (p.hbm_bytes_per_ns * p.dma_efficiency);
     }
     case Engine::kTensor: {
       double cycles;

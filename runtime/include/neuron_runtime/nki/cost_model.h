@@ -25,6 +25,9 @@ struct CostParameters {
   double gpsimd_ghz = 1.2;
   // HBM bandwidth per chip, shared by its cores.
   double hbm_bytes_per_ns = 2900.0 / 8.0;
+  // The share of that peak DMA transfers achieve (HBM page and descriptor
+  // efficiency); calibrated on the tutorial's DMA-bound matmuls (README).
+  double dma_efficiency = 0.6;
   double dma_latency_ns = 2000.0;
   // Descriptor generation per DMA instruction (NKI docs: ~600 ns per
   // hardware-DGE DMA on NeuronCore-v3); it holds the DMA queues like the
