@@ -480,3 +480,28 @@ def test_cpu_tensors_run_on_the_calling_thread():
     torch.testing.assert_close(
         out, x.float().exp().to(torch.bfloat16).float(), rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.float16])
+def test_narrow_float_tiles_round_like_torch(dtype):
+    @nki.jit
+    def narrow(x):
+        out = nl.ndarray(x.shape, dtype=dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.copy(nl.load(x), dtype=dtype))
+        return out
+
+    x = torch.randn(128, 64) * 20
+    got = narrow(x.to("neuron")).cpu()
+    assert got.dtype == dtype
+    assert torch.equal(got.float(), x.to(dtype).float())
+
+
+def test_fp8_saturates_out_of_range():
+    @nki.jit
+    def to_fp8(x):
+        out = nl.ndarray(x.shape, dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.copy(nl.load(x), dtype=nl.float8_e4m3))
+        return out
+
+    x = torch.tensor([[1000.0, -1000.0, 448.0, 1e-9]])
+    assert to_fp8(x).float().tolist() == [[448.0, -448.0, 448.0, 0.0]]
