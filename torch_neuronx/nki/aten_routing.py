@@ -140,13 +140,17 @@ def _fused_rms_norm(x, normalized_shape, weight=None, eps=None):
 
 
 def _rms_norm_reference(x, normalized_shape, weight, eps):
+    """The fused op's semantics in ATen ops, for inputs the kernel does not
+    take (statistics in fp32, or fp64 for fp64 inputs)."""
     dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
     eps = eps if eps is not None else torch.finfo(x.dtype).eps
-    xf = x.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)
-    y = xf * rstd
+    acc = torch.float64 if x.dtype in (torch.float64, torch.complex128) else torch.float32
+    xa = x if x.is_complex() else x.to(acc)
+    sq = (xa * xa.conj()).real if x.is_complex() else xa * xa
+    rstd = torch.rsqrt(sq.mean(dims, keepdim=True) + eps)
+    y = xa * rstd
     if weight is not None:
-        y = y * weight.float()
+        y = y * weight
     return y.to(x.dtype), rstd
 
 
@@ -162,21 +166,32 @@ def _fused_rms_norm_backward(grad_out, x, normalized_shape, rstd, weight, output
         dw = dw.reshape(weight.shape) if weight is not None else None
     else:  # the same formula in ATen ops
         dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
-        xf, g = x.float(), grad_out.float()
+        lead = tuple(range(x.dim() - len(normalized_shape)))
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        xf, g = x.to(acc), grad_out.to(acc)
         xhat = xf * rstd
-        gw = g * weight.float() if weight is not None else g
+        gw = g * weight.to(acc) if weight is not None else g
         dx = (rstd * (gw - xhat * (gw * xhat).mean(dims, keepdim=True))).to(x.dtype)
-        dw = (
-            (g * xhat).sum(tuple(range(x.dim() - len(normalized_shape)))).to(weight.dtype)
-            if weight is not None
-            else None
-        )
+        dw = None
+        if weight is not None:  # (a sum over no dims would sum over all)
+            dw = ((g * xhat).sum(lead) if lead else g * xhat).to(weight.dtype)
     return (dx if output_mask[0] else None, dw if output_mask[1] and weight is not None else None)
 
 
 def _rms_norm_autograd(x, normalized_shape, weight=None, eps=None):
-    # As CUDA: rms_norm goes through the fused op (which has a derivative).
-    return torch.ops.aten._fused_rms_norm(x, normalized_shape, weight, eps)[0]
+    """rms_norm on neuron: through the fused op (with its derivative) as on
+    CUDA when the kernel takes the inputs; else ATen's composite, as before
+    (its checks and messages included)."""
+    ns = list(normalized_shape)
+    if (
+        _rms_fits(x, ns, weight)
+        and list(x.shape[x.dim() - len(ns) :]) == ns
+        and (weight is None or list(weight.shape) == ns)
+    ):
+        return torch.ops.aten._fused_rms_norm(x, ns, weight, eps)[0]
+    return torch.ops.aten.rms_norm.default._op_dk(
+        torch._C.DispatchKey.CompositeImplicitAutograd, x, normalized_shape, weight, eps
+    )
 
 
 def register() -> None:
