@@ -143,18 +143,7 @@ def activation(
 def activation_reduce(
     dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **kwargs
 ) -> None:
-    _into(
-        dst,
-        _l.activation(
-            op,
-            data,
-            bias=bias,
-            scale=scale,
-            reduce_op=reduce_op,
-            reduce_res=reduce_res,
-            dtype=dst.dtype,
-        ),
-    )
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res)
 
 
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **kwargs) -> None:
