@@ -28,11 +28,11 @@ import argparse
 import statistics
 import time
 
+import nki
+import nki.language as nl
 import torch
 import torch.nn.functional as F
 
-import nki
-import nki.language as nl
 import torch_neuronx.nki as tnki
 from torch_neuronx.nki.kernels import flash_attention_fwd, tiled_matmul
 
@@ -77,11 +77,13 @@ def bench_matmul(repeat):
     t_cpu = timed(lambda: torch.mm(at, b), repeat)
     flops = 2 * n**3
     ratio = t_cpu / t_sim
-    print(f"tiled matmul {n}^3 bf16: simulator {t_sim * 1e3:.1f} ms "
-          f"({flops / t_sim / 1e9:.0f} GFLOP/s), torch.mm CPU {t_cpu * 1e3:.1f} ms "
-          f"({flops / t_cpu / 1e9:.0f} GFLOP/s): {100 * ratio:.0f}% of torch.mm "
-          f"[target >= 25%: {'ok' if ratio >= 0.25 else 'MISS'}]; first call (trace) "
-          f"{first * 1e3:.0f} ms; max error {err:.1e} of max |C| (bf16 result)")
+    print(
+        f"tiled matmul {n}^3 bf16: simulator {t_sim * 1e3:.1f} ms "
+        f"({flops / t_sim / 1e9:.0f} GFLOP/s), torch.mm CPU {t_cpu * 1e3:.1f} ms "
+        f"({flops / t_cpu / 1e9:.0f} GFLOP/s): {100 * ratio:.0f}% of torch.mm "
+        f"[target >= 25%: {'ok' if ratio >= 0.25 else 'MISS'}]; first call (trace) "
+        f"{first * 1e3:.0f} ms; max error {err:.1e} of max |C| (bf16 result)"
+    )
     print("  cost model:", str(tiled_matmul.last_profile).replace("\n", "\n  "))
 
 
@@ -96,13 +98,15 @@ def bench_flash(repeat):
         first = time.perf_counter() - t0
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
         err = (o.cpu().float() - ref).abs().max().item()
-        t_sim = timed(sync_neuron(lambda: flash_attention_fwd[B, H](qn, kn, vn)), repeat)
-        t_cpu = timed(lambda: F.scaled_dot_product_attention(q, k, v), repeat)
+        t_sim = timed(sync_neuron(lambda a=(qn, kn, vn): flash_attention_fwd[B, H](*a)), repeat)
+        t_cpu = timed(lambda a=(q, k, v): F.scaled_dot_product_attention(*a), repeat)
         r = t_sim / t_cpu
-        print(f"flash attention fwd B={B} H={H} S={S} D={D} {str(dtype)[6:]}: simulator "
-              f"{t_sim * 1e3:.0f} ms, CPU SDPA {t_cpu * 1e3:.0f} ms: {r:.2f}x "
-              f"[target <= 4x: {'ok' if r <= 4 else 'MISS'}]; first call {first * 1e3:.0f} ms;"
-              f" max |err| {err:.2e}")
+        print(
+            f"flash attention fwd B={B} H={H} S={S} D={D} {str(dtype)[6:]}: simulator "
+            f"{t_sim * 1e3:.0f} ms, CPU SDPA {t_cpu * 1e3:.0f} ms: {r:.2f}x "
+            f"[target <= 4x: {'ok' if r <= 4 else 'MISS'}]; first call {first * 1e3:.0f} ms;"
+            f" max |err| {err:.2e}"
+        )
     print("  cost model:", str(flash_attention_fwd.last_profile).replace("\n", "\n  "))
 
 
@@ -119,8 +123,10 @@ def mm_tiled(lhsT, rhs):
                 lhsT_tile = nl.load(lhsT[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
                 rhs_tile = nl.load(rhs[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
                 res_psum += nl.matmul(lhsT_tile, rhs_tile, transpose_x=True)
-            nl.store(result[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512],
-                     value=nl.copy(res_psum, dtype=result.dtype))
+            nl.store(
+                result[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512],
+                value=nl.copy(res_psum, dtype=result.dtype),
+            )
     return result
 
 
@@ -140,8 +146,10 @@ def mm_hoist_load(lhsT, rhs):
             res_psum = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
             for k in nl.affine_range(K // 128):
                 res_psum += nl.matmul(lhsT_tiles[k], rhs_tiles[k], transpose_x=True)
-            nl.store(result[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512],
-                     value=nl.copy(res_psum, dtype=result.dtype))
+            nl.store(
+                result[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512],
+                value=nl.copy(res_psum, dtype=result.dtype),
+            )
     return result
 
 
@@ -154,23 +162,29 @@ def mm_block_free_dimension(lhsT, rhs, bm=2, bn=2):
         lhsT_tiles = nl.ndarray((K // 128, nl.par_dim(128), 128 * bm), dtype=lhsT.dtype)
         for k in nl.affine_range(K // 128):
             lhsT_tiles[k] = nl.load(
-                lhsT[k * 128 : (k + 1) * 128, m * 128 * bm : (m + 1) * 128 * bm])
+                lhsT[k * 128 : (k + 1) * 128, m * 128 * bm : (m + 1) * 128 * bm]
+            )
         for n in nl.affine_range(N // (512 * bn)):
             rhs_tiles = nl.ndarray((K // 128, nl.par_dim(128), 512 * bn), dtype=rhs.dtype)
             for k in nl.affine_range(K // 128):
                 rhs_tiles[k] = nl.load(
-                    rhs[k * 128 : (k + 1) * 128, n * 512 * bn : (n + 1) * 512 * bn])
+                    rhs[k * 128 : (k + 1) * 128, n * 512 * bn : (n + 1) * 512 * bn]
+                )
             for i in nl.affine_range(bm):
                 for j in nl.affine_range(bn):
                     res_psum = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
                     for k in nl.affine_range(K // 128):
-                        res_psum += nl.matmul(lhsT_tiles[k, :, i * 128 : (i + 1) * 128],
-                                              rhs_tiles[k, :, j * 512 : (j + 1) * 512],
-                                              transpose_x=True)
+                        res_psum += nl.matmul(
+                            lhsT_tiles[k, :, i * 128 : (i + 1) * 128],
+                            rhs_tiles[k, :, j * 512 : (j + 1) * 512],
+                            transpose_x=True,
+                        )
                     r0 = (m * bm + i) * 128
                     c0 = (n * bn + j) * 512
-                    nl.store(result[r0 : r0 + 128, c0 : c0 + 512],
-                             value=nl.copy(res_psum, dtype=result.dtype))
+                    nl.store(
+                        result[r0 : r0 + 128, c0 : c0 + 512],
+                        value=nl.copy(res_psum, dtype=result.dtype),
+                    )
     return result
 
 
@@ -197,14 +211,18 @@ def mm_fully_optimized(lhsT, rhs, bm=16, bn=2, bk=8):
                     for j in nl.affine_range(bn):
                         res = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
                         for k in nl.affine_range(bk):
-                            res += nl.matmul(lhsT_tiles[k, :, i * 128 : (i + 1) * 128],
-                                             rhs_tiles[k, :, j * 512 : (j + 1) * 512],
-                                             transpose_x=True)
+                            res += nl.matmul(
+                                lhsT_tiles[k, :, i * 128 : (i + 1) * 128],
+                                rhs_tiles[k, :, j * 512 : (j + 1) * 512],
+                                transpose_x=True,
+                            )
                         cols = slice(j * 512, (j + 1) * 512)
                         acc[m * bm + i, :, cols] = nl.add(acc[m * bm + i, :, cols], res)
         for mt in nl.affine_range(M // 128):
-            nl.store(result[mt * 128 : (mt + 1) * 128, n * BN : (n + 1) * BN],
-                     value=nl.copy(acc[mt], dtype=result.dtype))
+            nl.store(
+                result[mt * 128 : (mt + 1) * 128, n * BN : (n + 1) * BN],
+                value=nl.copy(acc[mt], dtype=result.dtype),
+            )
     return result
 
 
@@ -232,8 +250,10 @@ def cost_model_vs_published():
     spec_l = tnki.typing.tensor[[8192, 4096], nl.bfloat16]
     spec_r = tnki.typing.tensor[[8192, 8192], nl.bfloat16]
     flops = 2 * 4096 * 8192 * 8192
-    print("cost model vs the NKI matmul tutorial ([4096, 8192] x [8192, 8192] bf16, "
-          "one Trainium1 NeuronCore):")
+    print(
+        "cost model vs the NKI matmul tutorial ([4096, 8192] x [8192, 8192] bf16, "
+        "one Trainium1 NeuronCore):"
+    )
     for name, k in TUTORIAL_KERNELS.items():
         t0 = time.perf_counter()
         p = tnki.estimate(k, spec_l, spec_r, target="trn1")
@@ -241,9 +261,11 @@ def cost_model_vs_published():
         ms = p.total_us / 1e3
         pub = PUBLISHED_TRN1_MS[name]
         busy = ", ".join(f"{e} {v:.0f}%" for e, v in p.busy_percent.items() if v >= 1)
-        print(f"  {name:<22} estimated {ms:7.2f} ms, published {pub:6.2f} ms "
-              f"(x{ms / pub:.2f}); {flops / p.total_us / 1e6:5.1f} TFLOP/s; busy: {busy}; "
-              f"{p.num_instructions} instructions, traced+estimated in {took:.1f} s")
+        print(
+            f"  {name:<22} estimated {ms:7.2f} ms, published {pub:6.2f} ms "
+            f"(x{ms / pub:.2f}); {flops / p.total_us / 1e6:5.1f} TFLOP/s; busy: {busy}; "
+            f"{p.num_instructions} instructions, traced+estimated in {took:.1f} s"
+        )
 
 
 def main():
