@@ -505,3 +505,27 @@ def test_fp8_saturates_out_of_range():
 
     x = torch.tensor([[1000.0, -1000.0, 448.0, 1e-9]])
     assert to_fp8(x).float().tolist() == [[448.0, -448.0, 448.0, 0.0]]
+
+
+@nki.jit
+def ap_kernel(a):
+    out = nl.ndarray((64, 32), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((64, 32), dtype=a.dtype, buffer=nl.sbuf)
+    # Every other column of rows 1..64 of a (128, 64) tensor.
+    nisa.dma_copy(dst=t, src=a.ap(pattern=[[64, 64], [2, 32]], offset=64))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_access_pattern_views():
+    a = rand(128, 64)
+    np.testing.assert_array_equal(ap_kernel(a), a[1:65, ::2])
+
+    @nki.jit
+    def too_far(a):
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a.ap(pattern=[[64, 128], [1, 64]], offset=64))
+        return out
+
+    with pytest.raises(nki.NKIError, match="reaches elements"):
+        too_far(a)

@@ -521,6 +521,30 @@ class View:
         self.verify()
         return View(self.buf, self.offset, shape, tuple(reversed(strides)))
 
+    def ap(self, pattern, offset=0, **kwargs) -> View:
+        """NKI's access pattern: ``t.ap(pattern=[[stride, num], ...], offset=k)``
+        is the view of ``num`` elements ``stride`` apart per dimension
+        (partition first), from element ``offset`` of this tensor, in
+        elements. Dynamic offsets (scalar_offset / vector_offset) are not
+        supported."""
+        loc = user_location()
+        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
+            raise error("ap(): dynamic offsets are not supported by the simulator", "index", loc)
+        self.verify(loc=loc)
+        shape = tuple(int(n) for _, n in pattern)
+        strides = tuple(int(st) for st, _ in pattern)
+        v = View(self.buf, self.offset + int(offset), shape, strides)
+        lo = v.offset + sum(min(0, st * (n - 1)) for st, n in pattern)
+        hi = v.offset + sum(max(0, st * (n - 1)) for st, n in pattern)
+        if math.prod(shape) and (lo < 0 or hi >= self.buf.elements):
+            raise error(
+                f"ap(): the pattern reaches elements {lo}..{hi} of "
+                f"{self.buf.describe(current())}, which has {self.buf.elements}",
+                "out-of-bounds",
+                loc,
+            )
+        return v
+
     # Bounds ----------------------------------------------------------
     def verify(self, lo=None, hi=None, loc=None) -> None:
         """Raises if a pending index check fails over positions lo..hi."""
