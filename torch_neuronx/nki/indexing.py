@@ -9,7 +9,6 @@ axes ``a`` of its (broadcast) shape. Comparisons of indices give predicates
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 
@@ -301,4 +300,3 @@ def _broadcast_shapes(a: tuple, b: tuple) -> tuple:
 
 
 broadcast_shapes = _broadcast_shapes
-_ = operator

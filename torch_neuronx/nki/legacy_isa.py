@@ -14,7 +14,7 @@ from . import language as nl
 from . import tracer as _tr
 from .errors import NKIError
 from .indexing import Expr, Pred
-from .tracer import HBM, PSUM, SBUF, View, current, error, user_location
+from .tracer import PSUM, View, current, error, user_location
 
 
 class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
@@ -541,4 +541,3 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs) -> View:
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "enum", "np")]
-_ = (HBM, SBUF)

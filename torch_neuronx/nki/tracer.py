@@ -226,7 +226,7 @@ class Trace:
         # span its strides reach.
         span = 1 + sum((s - 1) * st for s, st in zip(shape, strides, strict=False) if s > 0)
         b.shape = (max(span, 0),) if shape and all(s > 0 for s in shape) else (0,)
-        return View(b, 0, tuple(shape), tuple(strides), logical_shape=tuple(shape))
+        return View(b, 0, tuple(shape), tuple(strides))
 
     # Instructions ----------------------------------------------------
     def emit(
@@ -351,14 +351,14 @@ def access_words(v, loc) -> list[int]:
 
 
 def merge_dims(shape, strides):
-    """Drops size-1 dims beyond the first... no: keeps the rank unless it is
-    above the simulator's limit, then merges dims that are contiguous."""
+    """The access as is, unless its rank is above the simulator's limit:
+    then dims that are contiguous with the next (and size-1 dims) merge."""
     if len(shape) <= MAX_DIMS:
         return tuple(shape), tuple(strides)
     out_s, out_t = [shape[0]], [strides[0]]
     for s, t in zip(shape[1:], strides[1:], strict=False):
         if out_t[-1] == s * t or out_s[-1] == 1:
-            out_t[-1] = t if out_s[-1] == 1 else t
+            out_t[-1] = t
             out_s[-1] *= s
         elif s == 1:
             continue
@@ -386,17 +386,14 @@ class View:
     or result, or an SBUF/PSUM tile). Indexing gives views; arithmetic on
     tiles calls the ``nl`` functions."""
 
-    __slots__ = ("buf", "offset", "shape", "strides", "checks", "logical_shape", "__weakref__")
+    __slots__ = ("buf", "offset", "shape", "strides", "checks", "__weakref__")
 
-    def __init__(
-        self, buf: Buf, offset: int, shape: tuple, strides: tuple, checks=(), logical_shape=None
-    ):
+    def __init__(self, buf: Buf, offset: int, shape: tuple, strides: tuple, checks=()):
         self.buf = buf
         self.offset = offset
         self.shape = tuple(shape)
         self.strides = tuple(strides)
         self.checks = tuple(checks)
-        self.logical_shape = logical_shape
 
     # What kernels read ----------------------------------------------
     @property
@@ -577,14 +574,9 @@ class View:
                 return lo, hi
             a = axes[0]
             k = e.coef[a]
-            # 0 <= base + k*i < limit
-            if k > 0:
-                lo[a] = max(lo[a], -(e.base // k) if e.base < 0 else lo[a])
-                lo[a] = max(lo[a], math.ceil(-e.base / k))
-                hi[a] = min(hi[a], (c.limit - 1 - e.base) // k)
-            else:
-                lo[a] = max(lo[a], math.ceil((e.base - c.limit + 1) / -k))
-                hi[a] = min(hi[a], e.base // -k)
+            # 0 <= base + k*i  and  (limit - 1 - base) - k*i >= 0
+            _restrict(lo, hi, a, e.base, k)
+            _restrict(lo, hi, a, c.limit - 1 - e.base, -k)
             if lo[a] > hi[a]:
                 return None
         return lo, hi
@@ -834,6 +826,15 @@ def _slice_len(k, n, loc) -> int:
     return length
 
 
+def _restrict(lo: list, hi: list, a: int, base: int, k: int) -> None:
+    """Narrows axis a's range lo[a]..hi[a] to the i with base + k*i >= 0
+    (k != 0; integer arithmetic: -(base // k) is ceil(-base / k))."""
+    if k > 0:
+        lo[a] = max(lo[a], -(base // k))
+    else:
+        hi[a] = min(hi[a], base // -k)
+
+
 def mask_box(mask, shape, loc):
     """The positions of ``shape`` a mask keeps, as a box (lo, hi) per axis,
     or None if it keeps none. Masks are conjunctions of one-axis bounds."""
@@ -869,10 +870,7 @@ def mask_box(mask, shape, loc):
             )
         a = axes[0]
         c = e.coef[a]
-        if c > 0:  # base + c*i >= 0  ->  i >= ceil(-base / c)
-            lo[a] = max(lo[a], -((e.base) // c) if e.base % c == 0 else -(e.base // c))
-        else:  # i <= base / -c
-            hi[a] = min(hi[a], e.base // (-c))
+        _restrict(lo, hi, a, e.base, c)
         if lo[a] > hi[a]:
             return None
     return lo, hi
