@@ -46,6 +46,8 @@ class _Loader(importlib.abc.Loader):
             for k, v in vars(impl).items():
                 if not k.startswith("__"):
                     setattr(module, k, v)
+            for k in getattr(impl, "__all__", ()):  # a package's lazy names
+                setattr(module, k, getattr(impl, k))
             module.__doc__ = impl.__doc__
             if isa is not None:
                 module.isa = importlib.import_module(f"torch_neuronx.nki.{isa}")

@@ -10,11 +10,38 @@ names load.
 
 from __future__ import annotations
 
-from . import isa, language, legacy_isa, typing  # noqa: F401
-from .errors import NKIError
-from .kernel import CompiledKernel, GridLaunch, Kernel, as_kernel, compiled_for, jit
-from .profile import KernelProfile
-from .simulate import baremetal, benchmark, estimate, profile, simulate, simulate_kernel
+import importlib
+
+# Loaded on first use: `import torch` imports this package (the ATen routing
+# in aten_routing.py lives here), and the language is ~30 ms of imports.
+_WHERE = {
+    "NKIError": ".errors",
+    "CompiledKernel": ".kernel",
+    "GridLaunch": ".kernel",
+    "Kernel": ".kernel",
+    "as_kernel": ".kernel",
+    "compiled_for": ".kernel",
+    "jit": ".kernel",
+    "KernelProfile": ".profile",
+    "baremetal": ".simulate",
+    "benchmark": ".simulate",
+    "estimate": ".simulate",
+    "profile": ".simulate",
+    "simulate": ".simulate",
+    "simulate_kernel": ".simulate",
+}
+_SUBMODULES = ("isa", "language", "legacy_isa", "typing")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "NKIError",
