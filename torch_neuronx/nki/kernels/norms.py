@@ -9,6 +9,15 @@ from .. import legacy_isa as nisa
 from ..kernel import jit
 
 
+def _add_column_sums(acc, t, rows, F):
+    """acc[1, F] += the sums over the rows (partitions) of t[rows, F]: a
+    matmul with a ones vector, 512 columns (one PSUM bank) at a time."""
+    ones = nl.full((rows, 1), 1.0, nl.float32)
+    for c0 in nl.affine_range((F + 511) // 512):
+        cols = slice(c0 * 512, min(F, (c0 + 1) * 512))
+        acc[:, cols] = nl.add(acc[:, cols], nl.matmul(ones, t[:, cols], transpose_x=True))
+
+
 @jit
 def rmsnorm_fwd(x, weight, eps=1e-6):
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim of x (N, F);
@@ -55,14 +64,7 @@ def rmsnorm_bwd(dy, x, rstd, weight):
         dxt = nl.multiply(nl.subtract(gw, nl.multiply(xhat, c)), r, dtype=x.dtype)
         nl.store(dx[r0 : r0 + rows, :], value=dxt)
         if weight is not None:
-            # The column sums over the rows (partitions): a matmul with ones.
-            prod = nl.multiply(g, xhat)
-            ones = nl.full((rows, 1), 1.0, nl.float32)
-            for c0 in nl.affine_range((F + 511) // 512):
-                cols = slice(c0 * 512, min(F, (c0 + 1) * 512))
-                dw_acc[:, cols] = nl.add(
-                    dw_acc[:, cols], nl.matmul(ones, prod[:, cols], transpose_x=True)
-                )
+            _add_column_sums(dw_acc, nl.multiply(g, xhat), rows, F)
     if weight is not None:
         nl.store(dw.reshape((1, F)), value=nl.copy(dw_acc, dtype=weight.dtype))
     return dx, dw
@@ -140,18 +142,10 @@ def layernorm_bwd(dy, x, mean, rstd, weight, with_bias=True):
         c2 = nl.mean(nl.multiply(gw, xhat), axis=1, keepdims=True)
         dxt = nl.multiply(nl.subtract(nl.subtract(gw, c1), nl.multiply(xhat, c2)), r)
         nl.store(dx[r0 : r0 + rows, :], value=nl.copy(dxt, dtype=x.dtype))
-        ones = nl.full((rows, 1), 1.0, nl.float32)
-        for c0 in nl.affine_range((F + 511) // 512):
-            cols = slice(c0 * 512, min(F, (c0 + 1) * 512))
-            if weight is not None:
-                dw_acc[:, cols] = nl.add(
-                    dw_acc[:, cols],
-                    nl.matmul(ones, nl.multiply(g[:, cols], xhat[:, cols]), transpose_x=True),
-                )
-            if with_bias:
-                db_acc[:, cols] = nl.add(
-                    db_acc[:, cols], nl.matmul(ones, g[:, cols], transpose_x=True)
-                )
+        if weight is not None:
+            _add_column_sums(dw_acc, nl.multiply(g, xhat), rows, F)
+        if with_bias:
+            _add_column_sums(db_acc, g, rows, F)
     if weight is not None:
         nl.store(dw.reshape((1, F)), value=nl.copy(dw_acc, dtype=weight.dtype))
     if with_bias:
