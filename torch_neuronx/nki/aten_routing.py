@@ -45,9 +45,7 @@ def _sdpa_fits(q, k, v, attn_mask, dropout_p, is_causal) -> bool:
     KVH, Sk = k.shape[1], k.shape[2]
     if KVH == 0 or H % KVH or S % 128 or Sk % 128 or D > 128 or S == 0 or Sk == 0:
         return False
-    if is_causal and S != Sk:
-        return False
-    return not (q.requires_grad or k.requires_grad or v.requires_grad) or S % 128 == 0
+    return not (is_causal and S != Sk)
 
 
 def _fused_sdp_choice(
