@@ -7,6 +7,7 @@ hand (and against CPU autocast where the CPU's policy agrees with CUDA's).
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import warnings
@@ -32,31 +33,61 @@ def _tol(dtype: torch.dtype) -> dict:
 # availability, defaults, dispatch
 
 
-def test_available_and_default_dtype_is_bfloat16():
+def test_available_and_default_dtype_is_float16_as_torchneuron():
+    # TorchNeuron leaves the default at PyTorch's PrivateUse1 default, float16;
+    # bfloat16 is one argument away.
     assert torch.amp.is_autocast_available(DEV)
-    assert torch.get_autocast_dtype(DEV) == BF16
+    assert torch.get_autocast_dtype(DEV) == F16
     assert torch.neuron.get_amp_supported_dtype() == [F16, BF16]
+    a = torch.randn(4, 4, device=DEV)
     with torch.autocast(DEV) as ac:
-        assert ac.fast_dtype == BF16
+        assert ac.fast_dtype == F16
         assert torch.is_autocast_enabled(DEV)
-        assert torch.get_autocast_dtype(DEV) == BF16
+        assert (a @ a).dtype == F16
+    with torch.autocast(DEV, dtype=BF16):
+        assert (a @ a).dtype == BF16
     assert not torch.is_autocast_enabled(DEV)
 
 
-def test_default_dtype_after_plain_import_torch(run_py, check):
-    # Autoloading (not an explicit import) must also set the default.
+def test_default_dtype_is_the_same_in_every_thread(run_py, check):
+    # The default is not thread-local state set at import: a thread started
+    # later, the autoloading thread and autograd's workers all see float16.
     out = check(
         run_py(
             """
+            import threading
             import torch
-            print(torch.get_autocast_dtype("neuron"), torch.amp.is_autocast_available("neuron"))
-            with torch.autocast("neuron"):
+            seen = []
+            def probe():
                 a = torch.randn(4, 4, device="neuron")
-                print((a @ a).dtype)
+                with torch.autocast("neuron"):
+                    seen.append(str((a @ a).dtype))
+            probe()
+            t = threading.Thread(target=probe)
+            t.start()
+            t.join()
+            print(torch.get_autocast_dtype("neuron"), *seen)
             """
         )
     )
-    assert out.split() == ["torch.bfloat16", "True", "torch.bfloat16"]
+    assert out.split() == ["torch.float16", "torch.float16", "torch.float16"]
+
+
+def test_checkpoint_sequential_under_default_autocast_yields_float16():
+    # The pattern of TorchNeuron's own tests: a bare torch.autocast("neuron")
+    # around checkpoint_sequential gives float16 activations.
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).to(DEV)
+    x = torch.randn(3, 8, device=DEV, requires_grad=True)
+    with torch.autocast(DEV):
+        out = checkpoint_sequential(model, 2, x, use_reentrant=False)
+    assert out.dtype == F16
+    out.float().sum().backward()
+    assert x.grad is not None and x.grad.dtype == F32
+    expected = copy.deepcopy(model).cpu().half()(x.detach().cpu().half())
+    torch.testing.assert_close(out.cpu(), expected, **_tol(F16))
 
 
 def test_neuron_tensors_carry_the_autocast_key():
@@ -226,7 +257,7 @@ def test_op_policy(name, fn, make, policy):
     inputs = _inputs_for(policy, make(), BF16)
     op_dtype = _policy_dtype(policy, inputs, BF16)
 
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         out = fn(*[a.to(DEV) for a in inputs])
     # The CPU reference does autocast's casts by hand and runs the op plainly.
     ref = fn(*[a.to(op_dtype) if a.is_floating_point() else a for a in inputs])
@@ -251,7 +282,7 @@ def test_op_policy(name, fn, make, policy):
 
 def test_any_neuron_device(two_devices):
     a = torch.randn(4, 4, device="neuron:1")
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         out = a @ a
         sm = out.softmax(-1)
     assert out.dtype == BF16 and out.device == a.device
@@ -263,7 +294,7 @@ def test_cat_and_stack_promote_like_cuda():
     # Not on CUDA's autocast lists: their own type promotion gives the widest type.
     a = torch.randn(2, 3, device=DEV, dtype=BF16)
     b = torch.randn(2, 3, device=DEV)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         assert torch.cat([a, b]).dtype == F32
         assert torch.stack([a, b]).dtype == F32
         assert torch.cat([a, a]).dtype == BF16
@@ -272,7 +303,7 @@ def test_cat_and_stack_promote_like_cuda():
 def test_non_float_and_double_inputs_are_not_cast():
     i = torch.arange(6, device=DEV).view(2, 3)
     d = torch.randn(3, 3, device=DEV, dtype=torch.float64)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         assert torch.mm(i, i.t()).dtype == torch.int64
         assert torch.mm(d, d).dtype == torch.float64
         assert torch.exp(d).dtype == torch.float64
@@ -280,14 +311,17 @@ def test_non_float_and_double_inputs_are_not_cast():
 
 def test_explicit_dtype_argument_wins():
     x = torch.randn(4, 8, device=DEV, dtype=BF16)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         assert torch.softmax(x, -1, dtype=torch.float64).dtype == torch.float64
         assert x.sum(dtype=BF16).dtype == BF16
 
 
-def test_float16_is_allowed():
+def test_float16_is_allowed_and_the_region_restores_the_dtype():
     a = torch.randn(8, 16)
     b = torch.randn(16, 4)
+    with torch.autocast(DEV, dtype=BF16):
+        assert torch.get_autocast_dtype(DEV) == BF16
+    assert torch.get_autocast_dtype(DEV) == F16
     with torch.autocast(DEV, dtype=F16):
         assert torch.get_autocast_dtype(DEV) == F16
         out = torch.mm(a.to(DEV), b.to(DEV))
@@ -295,7 +329,7 @@ def test_float16_is_allowed():
     assert out.dtype == F16
     assert sm.dtype == F32
     torch.testing.assert_close(out.cpu(), torch.mm(a.half(), b.half()), **_tol(F16))
-    assert torch.get_autocast_dtype(DEV) == BF16
+    assert torch.get_autocast_dtype(DEV) == F16
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
@@ -312,7 +346,7 @@ def test_unsupported_dtype_warns_and_disables(dtype):
         assert not torch.is_autocast_enabled(DEV)
         assert (a @ a).dtype == F32
     # The device and autocast still work afterwards.
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         assert (a @ a).dtype == BF16
 
 
@@ -324,7 +358,7 @@ def test_bad_device_type_argument():
 def test_binary_cross_entropy_is_refused_like_cuda():
     p = torch.rand(4, 3, device=DEV)
     t = torch.rand(4, 3, device=DEV)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         with pytest.raises(RuntimeError, match="unsafe to autocast"):
             F.binary_cross_entropy(p, t)
         assert F.binary_cross_entropy_with_logits(p, t).dtype == F32
@@ -336,7 +370,7 @@ def test_binary_cross_entropy_is_refused_like_cuda():
 
 def test_nested_and_disabled_regions():
     a = torch.randn(4, 4, device=DEV)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         assert (a @ a).dtype == BF16
         with torch.autocast(DEV, enabled=False):
             assert not torch.is_autocast_enabled(DEV)
@@ -353,7 +387,7 @@ def test_nested_and_disabled_regions():
 
 
 def test_decorator_form():
-    @torch.autocast(DEV)
+    @torch.autocast(DEV, dtype=BF16)
     def f(x):
         return x @ x
 
@@ -363,7 +397,7 @@ def test_decorator_form():
 def test_other_devices_autocast_is_independent():
     a = torch.randn(4, 4, device=DEV)
     c = torch.randn(4, 4)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         assert (c @ c).dtype == F32  # CPU tensors: CPU autocast is off
     with torch.autocast("cpu"):
         assert (a @ a).dtype == F32
@@ -374,7 +408,7 @@ def test_autocast_state_is_per_thread():
     # As on every device: a region opened in one thread does not leak into another.
     a = torch.randn(4, 4, device=DEV)
     seen = []
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         t = threading.Thread(target=lambda: seen.append((a @ a).dtype))
         t.start()
         t.join()
@@ -402,13 +436,13 @@ def test_weight_casts_are_cached_within_a_region():
     # cache_enabled=False turns it off.
     lin = nn.Linear(8, 8).to(DEV)
     x = torch.randn(2, 8, device=DEV)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         y1, y2 = lin(x), lin(x)
     assert _cast_node(y1, lin.weight) is _cast_node(y2, lin.weight)
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         y3 = lin(x)
     assert _cast_node(y3, lin.weight) is not _cast_node(y1, lin.weight)
-    with torch.autocast(DEV, cache_enabled=False):
+    with torch.autocast(DEV, dtype=BF16, cache_enabled=False):
         y4, y5 = lin(x), lin(x)
     assert _cast_node(y4, lin.weight) is not _cast_node(y5, lin.weight)
     torch.testing.assert_close(y1, y4, rtol=0, atol=0)
@@ -450,7 +484,7 @@ def test_autocast_forward_then_backward():
     t = torch.randint(0, 5, (8,))
 
     dev_p = {k: v.to(DEV).requires_grad_() for k, v in params.items()}
-    with torch.autocast(DEV):
+    with torch.autocast(DEV, dtype=BF16):
         out, loss = _small_net(dev_p, x.to(DEV), t.to(DEV))
     assert out.dtype == BF16 and loss.dtype == F32
     loss.backward()
@@ -473,7 +507,7 @@ def test_backward_inside_region_matches_outside():
     grads = []
     for inside in (False, True):
         lin.zero_grad()
-        with torch.autocast(DEV):
+        with torch.autocast(DEV, dtype=BF16):
             loss = lin(x).float().square().mean()
             if inside:
                 loss.backward()
@@ -614,7 +648,7 @@ def test_no_warnings_in_a_plain_region():
     a = torch.randn(4, 4, device=DEV)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with torch.autocast(DEV):
+        with torch.autocast(DEV, dtype=BF16):
             (a @ a).float().softmax(-1).sum().item()
 
 

@@ -62,12 +62,10 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
 
-# Autocast's defaults, and torch.distributed's `neuron` backend.
-from . import amp, distributed  # noqa: E402
+# torch.distributed's `neuron` backend.
+from . import distributed  # noqa: E402
 
 distributed.register()
-
-amp._set_default_autocast_dtype()
 
 # Shims for libraries that do not know the device yet (safetensors' device names).
 from . import compat  # noqa: E402
@@ -107,7 +105,9 @@ def _drain_at_exit() -> None:
     # Queued device work must finish before the interpreter and the C++
     # statics it uses are torn down; errors no longer have anyone to go to.
     if _C._is_initialized() and not _C._is_in_bad_fork():
-        for i in range(_C._device_count()):
+        from .device import _device_range
+
+        for i in _device_range():
             try:
                 _C._synchronize(i)
             except RuntimeError:

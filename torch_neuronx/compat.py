@@ -25,6 +25,16 @@ torch.distributed (default backend)
     accelerator is neuron; an explicit backend, and every other accelerator, are left
     alone.
 
+torch.testing._internal.distributed.fake_pg (the "fake" process group)
+    The fake backend registers itself for a fixed device list (cpu, cuda, hpu, xpu), so
+    a collective on a neuron tensor in a fake group fails with "No backend type
+    associated with device type neuron". Upstream's one-process DTensor tests
+    (``LocalDTensorTestBase``, the ``...WithLocalTensor`` classes) and tracing with a
+    fake group run on the accelerator's device type, neuron here. The shim registers
+    the fake backend once more through ``Backend.register_backend``, with neuron added
+    to the devices it already lists; its factory and every other device stay as they
+    are.
+
 torch.nn.parallel.DistributedDataParallel (bf16 compression hooks)
     ``DDP._check_comm_hook`` refuses ``bf16_compress_hook`` and
     ``bf16_compress_wrapper_hook`` unless the module is on CUDA with NCCL >= 2.10 or on
@@ -145,6 +155,18 @@ def _patch_default_process_group_backend() -> None:
     cls.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _fake_process_group_on_neuron(fake_pg: ModuleType) -> None:
+    """See the module docstring (the "fake" process group)."""
+    import torch.distributed as dist
+
+    devices = list(dist.Backend.backend_capability.get(dist.Backend.FAKE, []))
+    if "neuron" in devices:
+        return
+    dist.Backend.register_backend(
+        dist.Backend.FAKE, fake_pg._create_fake_pg, extended_api=True, devices=[*devices, "neuron"]
+    )
+
+
 _BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
 
 
@@ -194,6 +216,7 @@ def install() -> None:
     """Applies the shims (now for libraries already imported, else on their import)."""
     _on_import("safetensors.torch", _patch_safetensors_torch)
     _patch_default_process_group_backend()
+    _on_import("torch.testing._internal.distributed.fake_pg", _fake_process_group_on_neuron)
     _on_import("torch._inductor.compile_fx", _register_with_inductor)
     _on_import("torch._dynamo.trace_rules", _dynamo_skips_runtime)
     _on_import("torch.compiler._cache", _register_program_artifacts)

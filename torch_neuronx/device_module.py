@@ -142,6 +142,12 @@ _INDUCTOR_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen")
 
 
 def __getattr__(name: str):
+    if name == "default_generators":
+        # torch.cuda.default_generators: a tuple of torch.Generator, built on
+        # first use (the devices are known only once the runtime is up).
+        from .random import default_generators
+
+        return default_generators()
     if name in _INDUCTOR_NAMES:
         from .compile import inductor_device
 

@@ -10,9 +10,6 @@ import torch
 from . import _C
 from .device import _DeviceLike, _index, device_count
 
-_STATE_BYTES = 16  # uint64 seed, then int64 offset
-_OFFSET_STEP = 4  # every random op advances the offset by 4 (NeuronGeneratorImpl::kOffsetStep)
-
 
 def _seed_value(seed: Any) -> int:
     """``seed`` as the uint64 the generator keeps.
@@ -32,44 +29,68 @@ def _seed_value(seed: Any) -> int:
     return value & 0xFFFF_FFFF_FFFF_FFFF
 
 
+def _generator(device: _DeviceLike = None) -> torch.Generator:
+    """The default generator of ``device`` (the current device by default)."""
+    idx = _index(device)
+    gen = _DEFAULT_GENERATORS.get(idx)
+    if gen is None:
+        gen = _DEFAULT_GENERATORS.setdefault(idx, _C._default_generator(idx))
+    return gen
+
+
+# device index -> its default generator, as a torch.Generator (CUDA keeps the
+# same objects in torch.cuda.default_generators).
+_DEFAULT_GENERATORS: dict[int, torch.Generator] = {}
+
+
+def default_generators() -> tuple[torch.Generator, ...]:
+    """Every visible device's default generator (``torch.cuda.default_generators``)."""
+    return tuple(_generator(i) for i in range(device_count()))
+
+
 def manual_seed(seed: int) -> None:
     """Seeds the current device's default generator."""
-    _C._manual_seed(_index(None), _seed_value(seed))
+    _generator().manual_seed(_seed_value(seed))
 
 
 def manual_seed_all(seed: int) -> None:
     value = _seed_value(seed)
-    for i in range(device_count()):
-        _C._manual_seed(i, value)
+    for gen in default_generators():
+        gen.manual_seed(value)
 
 
 def seed() -> None:
-    _C._seed(_index(None))
+    _generator().seed()
 
 
 def seed_all() -> None:
-    s = _C._seed(0)
-    for i in range(1, device_count()):
-        _C._manual_seed(i, s)
+    gens = default_generators()
+    s = gens[0].seed()
+    for gen in gens[1:]:
+        gen.manual_seed(s)
 
 
 def initial_seed() -> int:
-    return _C._initial_seed(_index(None))
+    return _generator().initial_seed()
 
 
 def get_rng_state(device: _DeviceLike = "neuron") -> torch.Tensor:
-    """The generator state: 16 bytes, the uint64 seed then the int64 offset."""
-    raw = _C._get_rng_state(_index(device))
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone()
+    """The generator state: 16 bytes, the uint64 seed then the int64 offset.
+
+    The generator's own get_state, which builds the tensor without dispatching
+    an op: it works under FakeTensorMode and LocalTensorMode, as CUDA's does."""
+    return _generator(device).get_state()
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [get_rng_state(i) for i in range(device_count())]
+    return [gen.get_state() for gen in default_generators()]
 
 
-def _check_state(new_state: Any) -> None:
+def _check_state(new_state: Any) -> torch.Tensor:
     # The same rules as torch.cuda.set_rng_state (a CPU ByteTensor): a state
-    # loaded with a device map_location must be moved back with .cpu().
+    # loaded with a device map_location must be moved back with .cpu(). Only
+    # metadata is read here (no op is dispatched), so fake and local tensor
+    # modes see nothing; the generator checks the offset itself.
     if not isinstance(new_state, torch.Tensor):
         raise TypeError(
             f"RNG state must be a torch.uint8 tensor (ByteTensor), got {type(new_state).__name__}"
@@ -81,43 +102,34 @@ def _check_state(new_state: Any) -> None:
         )
     if new_state.dtype != torch.uint8:
         raise TypeError(f"RNG state must be a torch.uint8 tensor, got {new_state.dtype}")
-    if new_state.numel() != _STATE_BYTES:
+    expected = _generator().get_state().numel()  # the generator's own layout
+    if new_state.numel() != expected:
         raise ValueError(
-            f"neuron RNG state must have {_STATE_BYTES} bytes (uint64 seed, int64 offset), "
+            f"neuron RNG state must have {expected} bytes (uint64 seed, int64 offset), "
             f"got {new_state.numel()}"
         )
-
-
-def _seed_and_offset(new_state: torch.Tensor) -> tuple[int, int]:
-    # clone(): a fresh, aligned buffer, whatever view of a larger tensor came in.
-    data = new_state.detach().clone().view(torch.int64)
-    seed = int(data[0].item()) & 0xFFFF_FFFF_FFFF_FFFF
-    offset = int(data[1].item())
-    if offset < 0 or offset % _OFFSET_STEP:
-        # RuntimeError, as the generator's own check (Generator.set_offset).
-        raise RuntimeError(
-            f"invalid neuron RNG state: offset {offset} is not a non-negative multiple of "
-            f"{_OFFSET_STEP}"
-        )
-    return seed, offset
+    # The generator reads the bytes in order: a strided view is made dense
+    # (contiguous() of a dense tensor is the tensor itself, no op).
+    return new_state.contiguous()
 
 
 def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "neuron") -> None:
-    _check_state(new_state)
-    idx = _index(device)
-    _C._set_rng_state(idx, *_seed_and_offset(new_state))
+    _generator(device).set_state(_check_state(new_state))
 
 
 def set_rng_state_all(new_states: Sequence[torch.Tensor]) -> None:
-    """Sets every device's state; all are checked before any is set."""
-    states = list(new_states)
-    if len(states) > device_count():
+    """Sets every device's state; if any state is refused, none is changed."""
+    states = [_check_state(state) for state in new_states]
+    gens = default_generators()
+    if len(states) > len(gens):
         raise ValueError(
-            f"Got {len(states)} RNG states but there are only {device_count()} visible "
-            "neuron devices"
+            f"Got {len(states)} RNG states but there are only {len(gens)} visible neuron devices"
         )
-    for state in states:
-        _check_state(state)
-    parsed = [_seed_and_offset(state) for state in states]
-    for i, (seed, offset) in enumerate(parsed):
-        _C._set_rng_state(i, seed, offset)
+    before = [gen.get_state() for gen in gens[: len(states)]]
+    try:
+        for gen, state in zip(gens, states, strict=False):
+            gen.set_state(state)
+    except Exception:
+        for gen, state in zip(gens, before, strict=True):
+            gen.set_state(state)
+        raise

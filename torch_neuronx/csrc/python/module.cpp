@@ -5,9 +5,7 @@
 #include <neuron_runtime/runtime.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <cstring>
-#include <mutex>
+#include <torch/csrc/Generator.h>
 
 #include "aten/first_call_validation.h"
 #include "aten/op_stats.h"
@@ -40,9 +38,9 @@ auto withoutGil(F&& f) {
 }
 
 py::dict deviceProperties(int index) {
-  checkDeviceIndex(static_cast<c10::DeviceIndex>(index));
+  const int core_index = runtimeIndex(static_cast<c10::DeviceIndex>(index));
   const neuron_rt::Topology topo(neuron_rt::Topology::configFromEnv());
-  const neuron_rt::CoreInfo& core = topo.core(index);
+  const neuron_rt::CoreInfo& core = topo.core(core_index);
   py::dict d;
   d["name"] = "NeuronCore-v3 (simulated Trn2)";
   d["total_memory"] = core.hbm_bytes;
@@ -95,14 +93,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_validated_call_count", [] { return validatedCallCount(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::inBadFork(); });
-  m.def("_device_count", [] {
-    // Unlike the noexcept guard hook, report a malformed environment.
-    try {
-      return neuron_rt::Runtime::visibleDeviceCount();
-    } catch (const neuron_rt::Error& e) {
-      rethrowRuntimeError(e);
-    }
+  // Unlike the noexcept guard hook, these report a malformed environment.
+  m.def("_device_count", [] { return deviceNumbering().limit; });
+  // This process's devices: neuron:<first> .. neuron:<first + count - 1>.
+  m.def("_device_range", [] {
+    const DeviceNumbering n = deviceNumbering();
+    return py::make_tuple(n.first, n.count);
   });
+  m.def("_device_index_error", &deviceIndexError);
   m.def("_get_device", [] { return static_cast<int>(currentDevice()); });
   m.def("_set_device", [](int d) {
     if (d >= 0) setCurrentDevice(static_cast<c10::DeviceIndex>(d));
@@ -133,41 +131,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_clear_op_stats", &clearOpStats);
   m.def("_track_operator_calls", &trackOperatorCalls);
   m.def("_tracking_operator_calls", &trackingOperatorCalls);
-  // Default generators of each device (the torch.neuron RNG functions).
-  m.def("_manual_seed", [](int d, uint64_t seed) {
-    at::Generator g = defaultGenerator(static_cast<c10::DeviceIndex>(d));
-    std::lock_guard<std::mutex> lock(g.mutex());
-    g.unsafeGetGeneratorImpl()->set_current_seed(seed);
-  });
-  m.def("_seed", [](int d) {
-    at::Generator g = defaultGenerator(static_cast<c10::DeviceIndex>(d));
-    std::lock_guard<std::mutex> lock(g.mutex());
-    return g.unsafeGetGeneratorImpl()->seed();
-  });
-  m.def("_initial_seed", [](int d) {
-    return defaultGenerator(static_cast<c10::DeviceIndex>(d)).current_seed();
-  });
-  m.def("_get_rng_state", [](int d) {
-    at::Generator g = defaultGenerator(static_cast<c10::DeviceIndex>(d));
-    std::lock_guard<std::mutex> lock(g.mutex());
-    auto* impl = g.get<NeuronGeneratorImpl>();
-    uint64_t seed = impl->current_seed();
-    int64_t offset = static_cast<int64_t>(impl->get_offset());
-    std::string bytes(16, '\0');
-    std::memcpy(bytes.data(), &seed, 8);
-    std::memcpy(bytes.data() + 8, &offset, 8);
-    return py::bytes(bytes);
-  });
-  m.def("_set_rng_state", [](int d, uint64_t seed, int64_t offset) {
-    at::Generator g = defaultGenerator(static_cast<c10::DeviceIndex>(d));
-    std::lock_guard<std::mutex> lock(g.mutex());
-    TORCH_CHECK(offset >= 0 && offset % NeuronGeneratorImpl::kOffsetStep == 0,
-                "invalid neuron RNG state: offset ", offset,
-                " is not a non-negative multiple of ",
-                NeuronGeneratorImpl::kOffsetStep);
-    auto* impl = g.get<NeuronGeneratorImpl>();
-    impl->set_current_seed(seed);
-    impl->set_offset(static_cast<uint64_t>(offset));
+  // A device's default generator as a torch.Generator: torch.neuron's RNG
+  // functions are the generator's own methods (get_state/set_state are plain
+  // calls, not dispatched ops, so they work under fake and local tensor modes,
+  // as CUDA's do).
+  m.def("_default_generator", [](int d) {
+    const at::Generator& g = defaultGenerator(static_cast<c10::DeviceIndex>(d));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(g));
   });
   m.def("_trace_enable", [](bool on) { runtime().trace().enable(on); });
   m.def("_trace_drain", &drainTrace);
