@@ -345,9 +345,12 @@ def test_cpu_tensors_an_op_needs_on_the_cpu_stay_there():
 
 
 def test_cpu_autocopy_can_be_made_an_error(monkeypatch):
+    # TorchNeuron's calling style: both switches (with fallback execution allowed,
+    # the graph runs eagerly instead: tests/test_compile_cpu_inputs.py).
     monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
     model = OnNeuron().to(DEV)
-    with pytest.raises(Exception, match="Input tensor at index 0 is on cpu device"):
+    with pytest.raises(RuntimeError, match="Input tensor at index 0 is on cpu device"):
         torch.compile(model, backend="neuron")(torch.randn(3, 6), torch.zeros(2))
     # Nothing is left broken: neuron inputs still compile and run.
     out, _ = torch.compile(model, backend="neuron")(

@@ -9,23 +9,31 @@ as one work item per call. ``options`` takes Inductor's options and ``model_name
 A graph Inductor cannot compile runs eagerly instead, with one warning naming it
 (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` raises instead).
 
-CPU tensors given to a graph that only moves them to neuron (a model on neuron
-called with CPU inputs it moves itself) are copied to the device before the graph
-runs, so the graph runs on the device as a whole
-(``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes such an input an error
-instead). CPU tensors a graph computes with on the CPU stay there, as in eager mode.
+CPU tensors (TorchNeuron's CPU autocopy): a graph whose tensors are all on the
+CPU runs on neuron as a whole (``cpu_graph.py``: inputs copied in, outputs on
+neuron, mutations copied back, random ops drawn from the CPU generator). A graph
+that computes on neuron keeps the CPU tensors it computes with on the CPU (as in
+eager mode) and has those it only moves to neuron copied before it runs.
+``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes such an input an error
+(with fallback execution allowed, the graph runs eagerly where its tensors are).
+
+Random ops draw the numbers they draw eagerly (Inductor's ``fallback_random``:
+each is the ATen op, launched in program order, so it claims the same (seed,
+offset) from the neuron generator as in eager mode, and dropout's backward uses
+the mask its forward drew).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from . import env_flag, metrics
+from . import cpu_graph, env_flag, metrics
 
 _NEURON_OPTIONS = ("model_name",)
 _model_name: str | None = None
@@ -89,24 +97,48 @@ def _cpu_inputs_to_copy(
     return copy
 
 
-def _check_autocopy_allowed(to_copy: dict[int, torch.device]) -> None:
-    if to_copy and env_flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
-        raise RuntimeError(
-            f"Input tensor at index {min(to_copy)} is on cpu device, but the graph moves "
-            "it to neuron: pass it on the device (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY "
-            "is set, so CPU inputs are not copied)"
-        )
+def _autocopy_refused(to_copy: dict[int, torch.device]) -> bool:
+    """TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY and a CPU input to copy: an error
+    (TorchNeuron's message), or with fallback execution allowed, an eager run."""
+    if not to_copy or not env_flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
+        return False
+    message = (
+        f"Input tensor at index {min(to_copy)} is on cpu device, expected neuron. Move "
+        "tensor to Neuron device first with tensor.to('neuron') "
+        "(TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY is set, so CPU inputs are not copied)"
+    )
+    if env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"):
+        raise RuntimeError(message)
+    warnings.warn(
+        f"neuron: {message}; the graph runs eagerly instead (set "
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1 to raise)",
+        stacklevel=3,
+    )
+    return True
 
 
-def _with_cpu_autocopy(to_copy: dict[int, torch.device], example_inputs, compile_graph):
-    """``compile_graph(example_inputs)``, with the CPU inputs in ``to_copy`` copied
-    to neuron before each call (see the module docstring)."""
+def _compile_on_neuron(gm, example_inputs, compile_graph):
+    """``compile_graph`` of a CPU graph moved to neuron (``cpu_graph.py``)."""
+    device = torch.device("neuron", torch.neuron.current_device())
+    moved = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # gm stays the eager fallback
+    cpu_graph.move_graph_to(moved, device)
+    indices = cpu_graph.cpu_input_indices(example_inputs)
+    inputs = list(example_inputs)
+    for i in indices:
+        inputs[i] = inputs[i].to(device)
+    compiled = compile_graph(moved, inputs)
+    return cpu_graph.with_inputs_on(compiled, indices, device)
+
+
+def _with_cpu_autocopy(gm, to_copy: dict[int, torch.device], example_inputs, compile_graph):
+    """``compile_graph(gm, example_inputs)``, with the CPU inputs in ``to_copy``
+    copied to neuron before each call (see the module docstring)."""
     if not to_copy:
-        return compile_graph(example_inputs)
+        return compile_graph(gm, example_inputs)
     inputs = list(example_inputs)
     for i, device in to_copy.items():
         inputs[i] = inputs[i].to(device)
-    compiled = compile_graph(inputs)
+    compiled = compile_graph(gm, inputs)
 
     def run(*args):
         args = list(args)
@@ -124,7 +156,8 @@ def _config_patches(mode: str | None, options: dict[str, Any]) -> tuple[dict[str
     captured_call.py)."""
     from torch._inductor import list_mode_options
 
-    patches: dict[str, Any] = {}
+    # Random ops as in eager mode (module docstring); an option may turn it off.
+    patches: dict[str, Any] = {"fallback_random": True}
     if mode and mode != "default":
         patches.update(list_mode_options(mode))
     patches.update({k: v for k, v in options.items() if k not in _NEURON_OPTIONS})
@@ -156,15 +189,24 @@ def neuron_backend(
         # A graph from AOTAutograd's cache skips inner_compile: the capture
         # would be lost on a warm start (Inductor's FX graph cache still serves).
         cache_patch = torch._functorch.config.patch(enable_autograd_cache=False)
-    to_copy = _cpu_inputs_to_copy(gm, example_inputs)
-    _check_autocopy_allowed(to_copy)  # the user's error: no eager fallback
+    on_cpu = cpu_graph.runs_on_cpu(gm, example_inputs)
+    if on_cpu:
+        to_copy = dict.fromkeys(cpu_graph.cpu_input_indices(example_inputs), None)
+    else:
+        to_copy = _cpu_inputs_to_copy(gm, example_inputs)
+    if _autocopy_refused(to_copy):
+        timer.finish(fell_back=True)
+        return gm.forward
+
+    def compile_graph(graph, inputs):
+        return compile_fx(graph, inputs, config_patches=patches, **compile_kwargs)
+
     try:
         with cache_patch:
-            compiled = _with_cpu_autocopy(
-                to_copy,
-                example_inputs,
-                lambda inputs: compile_fx(gm, inputs, config_patches=patches, **compile_kwargs),
-            )
+            if on_cpu:
+                compiled = _compile_on_neuron(gm, example_inputs, compile_graph)
+            else:
+                compiled = _with_cpu_autocopy(gm, to_copy, example_inputs, compile_graph)
     except Exception as e:
         if env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"):
             raise NEFFCompilationError(
