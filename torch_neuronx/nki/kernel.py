@@ -79,9 +79,19 @@ class Kernel:
         self._lock = threading.Lock()
         self.last_profile: KernelProfile | None = None
         functools.update_wrapper(self, fn)
+        # Made here, before any torch.compile region: see WrappedKernel.
+        self.torch_op = WrappedKernel(self)
 
     def __repr__(self) -> str:
         return f"<nki kernel {self.fn.__qualname__}>"
+
+    # A kernel is equal only to itself (it holds its traces): that makes it
+    # a constant torch.compile can guard on (torch_ops.py).
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def __getitem__(self, grid) -> GridLaunch:
         return GridLaunch(self, _grid_tuple(grid))
@@ -104,16 +114,38 @@ class GridLaunch:
         return f"{self.kernel!r}[{', '.join(map(str, self.grid))}]"
 
 
+# torch_ops.call_wrapped, set when torch_ops is imported (it needs torch).
+_call_wrapped = None
+
+
+class WrappedKernel:
+    """``wrap_nki(kernel)``: the kernel called as PyTorch operators
+    (torch_ops.py). ``wrapped(*args)`` launches it without a grid,
+    ``wrapped[grid]`` is a callable launching it with that grid.
+
+    Every kernel makes its own when it is created, and ``wrap_nki`` returns
+    that one: under torch.compile, Dynamo meets an object that existed
+    before the compiled region (it can trace its methods and treat the
+    kernel as a constant); ``wrapped[grid]`` is a functools.partial, which
+    Dynamo understands when the grid is computed inside the region."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        return functools.partial(_call_wrapped, self.kernel, _grid_tuple(grid))
+
+    def __call__(self, *args, **kwargs):
+        return _call_wrapped(self.kernel, (), *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"wrap_nki({self.kernel!r})"
+
+
 def _grid_tuple(grid) -> tuple:
-    if not isinstance(grid, tuple):
-        grid = (grid,)
-    out = []
-    for g in grid:
-        n = getattr(g, "n", g)  # nl.nc(2)
-        out.append(int(n))
-    if any(g <= 0 for g in out):
-        raise NKIError(f"launch grid sizes must be positive, got {out}")
-    return tuple(out)
+    from .grid import grid_sizes
+
+    return grid_sizes(grid)
 
 
 def as_kernel(k) -> tuple[Kernel, tuple]:

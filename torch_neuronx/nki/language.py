@@ -32,6 +32,7 @@ from .dtypes import (  # noqa: F401
     uint32,
 )
 from .errors import NKIError
+from .grid import SpmdDim, nc, spmd_dim  # noqa: F401
 from .indexing import DynSlice, Expr, Pred, arange, ds, mgrid  # noqa: F401
 from .tracer import HBM, PSUM, SBUF, View, current, error, user_location
 
@@ -1082,40 +1083,38 @@ def static_range(start, stop=None, step=1, **kwargs):
     return affine_range(start, stop, step)
 
 
+def _grid_axis(t, axis, what: str) -> int:
+    ndim = _py.max(len(t.grid), 1)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise error(f"{what}: the axis is an integer, got {axis!r}", "grid")
+    a = int(axis)
+    if not 0 <= a < ndim:
+        raise error(f"{what}({axis}): the launch grid has {len(t.grid)} dimensions", "grid")
+    return a
+
+
 def program_id(axis=0) -> int:
+    """Index of this instance along `axis` of the launch grid (an
+    ``nl.spmd_dim(n, nl.nc(k))`` axis counts all n·k instances)."""
     t = current()
-    if not 0 <= axis < _py.max(len(t.grid), 1):
-        raise error(f"program_id({axis}): the launch grid has {len(t.grid)} dimensions", "grid")
-    return t.program_id[axis] if t.grid else 0
+    a = _grid_axis(t, axis, "program_id")
+    return t.program_id[a] if t.grid else 0
 
 
 def num_programs(axes=None):
+    """Instances along `axes` (an axis or a tuple of them); all of them
+    when `axes` is None."""
     t = current()
     grid = t.grid or (1,)
     if axes is None:
         return math.prod(grid)
     if isinstance(axes, (tuple, list)):
-        return tuple(grid[a] for a in axes)
-    return grid[axes]
+        return tuple(grid[_grid_axis(t, a, "num_programs")] for a in axes)
+    return grid[_grid_axis(t, axes, "num_programs")]
 
 
 def program_ndim() -> int:
     return len(current().grid)
-
-
-class _NC:
-    def __init__(self, n):
-        self.n = int(n)
-
-
-def nc(n):
-    """Launch-grid marker for physical cores (``kernel[nl.nc(2), 2]``);
-    the simulator runs every instance on one core."""
-    return _NC(n)
-
-
-def spmd_dim(size, nc_marker=None):
-    return int(size)
 
 
 def device_print(prefix, x, *, mask=None, **kwargs) -> None:

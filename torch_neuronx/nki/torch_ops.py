@@ -17,12 +17,22 @@ is its own fake implementation.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
 
-from .errors import NKIError
-from .kernel import GridLaunch, Kernel, _grid_tuple, _param_mutability, as_kernel, launch
+from . import kernel as _kernel_module
+from .kernel import (
+    GridLaunch,
+    Kernel,
+    WrappedKernel,
+    _param_mutability,
+    _unflatten,
+    as_kernel,
+    compiled_for,
+    launch,
+)
 
 # key -> (kernel, grid, template): what a neuron_nki::call node launches.
 _LAUNCHES: dict = {}
@@ -34,6 +44,7 @@ def _template(kernel: Kernel, args, kwargs):
     import inspect
 
     bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
+    bound.apply_defaults()  # as the trace binds them: same tensor order
     mutable = _param_mutability(kernel.fn, list(bound.arguments))
     inputs, mutated, template = [], [], {}
     for name, value in bound.arguments.items():
@@ -68,33 +79,36 @@ def _register(kernel: Kernel, grid: tuple, template: dict) -> str:
     return key
 
 
-def _flat_results(result) -> list:
-    if result is None:
-        return []
-    if isinstance(result, torch.Tensor):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        out = []
-        for r in result:
-            out.extend(_flat_results(r))
-        return out
-    raise NKIError("a kernel wrapped with wrap_nki returns tensors (or tuples of them)")
+def _new_outputs(ck, tensors) -> list[torch.Tensor]:
+    """Empty tensors for the kernel's new results (its shared_hbm arrays),
+    on the device of its tensor arguments."""
+    from . import dtypes as dt
+
+    device = tensors[0].device if tensors else torch.device("cpu")
+    return [torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs]
 
 
+def _launch_into_new_outputs(key, inputs, mutated) -> list[torch.Tensor]:
+    kernel, grid, template = _LAUNCHES[key]
+    args = _fill(template, inputs, mutated)
+    outs = _new_outputs(compiled_for(kernel, grid, (), args), inputs + mutated)
+    launch(kernel, grid, (), args, outs=outs)
+    return outs
+
+
+# The ops return only the kernel's new results: an op's results must not
+# alias its arguments. Arguments the kernel returns are put back into its
+# result structure by the caller (_call_wrapped), as the objects passed in.
 @torch.library.custom_op("neuron_nki::call", mutates_args=())
 def nki_call(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """A kernel without mutable arguments: its results are new tensors."""
-    kernel, grid, template = _LAUNCHES[key]
-    result = launch(kernel, grid, (), _fill(template, inputs, []))
-    # An op's results must not alias its arguments.
-    return [r.clone() if any(r is t for t in inputs) else r for r in _flat_results(result)]
+    """A kernel without mutable arguments."""
+    return _launch_into_new_outputs(key, inputs, [])
 
 
 @nki_call.register_fake
 def _nki_call_fake(key, inputs):
     kernel, grid, template = _LAUNCHES[key]
-    result = launch(kernel, grid, (), _fill(template, inputs, []))
-    return [r.clone() if any(r is t for t in inputs) else r for r in _flat_results(result)]
+    return _new_outputs(compiled_for(kernel, grid, (), _fill(template, inputs, [])), inputs)
 
 
 @torch.library.custom_op("neuron_nki::call_mutating", mutates_args=("mutated", "outs"))
@@ -112,81 +126,40 @@ def _nki_call_mutating_fake(key, inputs, mutated, outs):
     return None
 
 
-class WrappedKernel:
-    """``wrap_nki(kernel)``: the kernel as a PyTorch operator call."""
-
-    def __init__(self, kernel, grid: tuple = ()):
-        k, g = as_kernel(kernel)
-        self.kernel = k
-        self.grid = grid or g
-
-    def __getitem__(self, grid) -> WrappedKernel:
-        return WrappedKernel(self.kernel, _grid_tuple(grid))
-
-    def __repr__(self) -> str:
-        return f"wrap_nki({self.kernel!r})"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, WrappedKernel) and (self.kernel, self.grid) == (
-            other.kernel,
-            other.grid,
-        )
-
-    def __hash__(self) -> int:
-        return hash((id(self.kernel), self.grid))
-
-    def __call__(self, *args, **kwargs):
-        return _call_wrapped(self, args, kwargs)
-
-
-def _call_wrapped(wrapped: WrappedKernel, args, kwargs):
-    from . import dtypes as dt
-    from .kernel import compiled_for
-
-    template, inputs, mutated = _template(wrapped.kernel, args, kwargs)
-    key = _register(wrapped.kernel, wrapped.grid, template)
+def call_wrapped(kernel: Kernel, grid: tuple, *args, **kwargs):
+    """``wrap_nki(kernel)[grid](*args, **kwargs)``."""
+    template, inputs, mutated = _template(kernel, args, kwargs)
+    key = _register(kernel, grid, template)
+    filled = _fill(template, inputs, mutated)
     # The structure of the results: the trace knows it (cached).
-    ck = compiled_for(wrapped.kernel, wrapped.grid, (), _fill(template, inputs, mutated))
-    if any(s[0] == "arg" for s in _leaves(ck.result)):
-        raise NKIError("a kernel called through wrap_nki returns new tensors, not its arguments")
+    ck = compiled_for(kernel, grid, (), filled)
     if not mutated:
-        flat = torch.ops.neuron_nki.call(key, inputs)
+        new = torch.ops.neuron_nki.call(key, inputs)
     else:
-        device = (inputs + mutated)[0].device
-        flat = [
-            torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs
-        ]
-        torch.ops.neuron_nki.call_mutating(key, inputs, mutated, flat)
+        new = _new_outputs(ck, inputs + mutated)
+        torch.ops.neuron_nki.call_mutating(key, inputs, mutated, new)
     if ck.result is None:
         # Under torch.compile a wrapped call's result must be tensors or
         # containers: a kernel without results gives () in eager mode too.
         return ()
-    return _unflatten_results(ck.result, list(flat))
+    # A returned argument (`return y` for `y: nt.mutable_tensor`) is the
+    # tensor the caller passed, as from a direct call: `out is y`.
+    tensor_args = [v for v in filled.values() if isinstance(v, torch.Tensor)]
+    return _unflatten(ck.result, list(new), tensor_args)
 
 
-def _leaves(structure):
-    if isinstance(structure, tuple) and len(structure) == 2 and isinstance(structure[0], str):
-        yield structure
-    elif isinstance(structure, (tuple, list)):
-        for s in structure:
-            yield from _leaves(s)
-
-
-def _unflatten_results(structure, flat):
-    from .kernel import _unflatten
-
-    return _unflatten(structure, flat, [])
-
-
-def wrap_nki(kernel) -> WrappedKernel:
+def wrap_nki(kernel):
     """Makes an NKI kernel callable as a PyTorch operator, eager and under
     ``torch.compile(fullgraph=True)``: ``wrap_nki(kernel)(a, b)``,
     ``wrap_nki(kernel)[grid](a, b)``."""
-    if isinstance(kernel, WrappedKernel):
+    if isinstance(kernel, WrappedKernel) or (
+        isinstance(kernel, functools.partial) and kernel.func is _kernel_module._call_wrapped
+    ):
         return kernel
     if isinstance(kernel, GridLaunch):
-        return WrappedKernel(kernel.kernel, kernel.grid)
-    return WrappedKernel(kernel)
+        return kernel.kernel.torch_op[kernel.grid]
+    k, _ = as_kernel(kernel)
+    return k.torch_op
 
 
 def nki_op(name: str, *, mutates_args=(), device_types=None, schema=None):
@@ -207,15 +180,24 @@ def nki_op(name: str, *, mutates_args=(), device_types=None, schema=None):
 
 
 def _dynamo_support() -> None:
-    # Dynamo skips torch_neuronx's files; a wrapped kernel's call is traced
-    # by AOTAutograd instead (it meets the neuron_nki::call op there).
+    # Dynamo skips torch_neuronx's files (compat.py says why). Making a
+    # wrapped kernel, `wrap_nki(kernel)[grid]`, is plain Python Dynamo can
+    # trace (dont_skip_tracing), so it may happen inside a compiled function
+    # (a grid computed from shapes). The call itself is traced by AOTAutograd
+    # (nonstrict_trace), where it meets the neuron_nki ops; the kernel object
+    # is a constant of the graph (register_constant: guarded by identity).
     try:
-        from torch._dynamo import nonstrict_trace
+        from torch._dynamo import dont_skip_tracing, nonstrict_trace
         from torch.utils._pytree import register_constant
     except ImportError:  # pragma: no cover - older torch
         return
-    register_constant(WrappedKernel)
-    WrappedKernel.__call__ = nonstrict_trace(WrappedKernel.__call__)
+    global call_wrapped, wrap_nki
+    register_constant(Kernel)
+    call_wrapped = nonstrict_trace(call_wrapped)
+    WrappedKernel.__getitem__ = dont_skip_tracing(WrappedKernel.__getitem__)
+    WrappedKernel.__call__ = dont_skip_tracing(WrappedKernel.__call__)
+    wrap_nki = dont_skip_tracing(wrap_nki)
 
 
 _dynamo_support()
+_kernel_module._call_wrapped = call_wrapped
