@@ -123,9 +123,7 @@ def _compile_on_neuron(gm, example_inputs, compile_graph):
     moved = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # gm stays the eager fallback
     cpu_graph.move_graph_to(moved, device)
     indices = cpu_graph.cpu_input_indices(example_inputs)
-    inputs = list(example_inputs)
-    for i in indices:
-        inputs[i] = inputs[i].to(device)
+    inputs = cpu_graph.example_inputs_on(gm, example_inputs, dict.fromkeys(indices, device))
     compiled = compile_graph(moved, inputs)
     return cpu_graph.with_inputs_on(compiled, indices, device)
 
@@ -135,9 +133,7 @@ def _with_cpu_autocopy(gm, to_copy: dict[int, torch.device], example_inputs, com
     copied to neuron before each call (see the module docstring)."""
     if not to_copy:
         return compile_graph(gm, example_inputs)
-    inputs = list(example_inputs)
-    for i, device in to_copy.items():
-        inputs[i] = inputs[i].to(device)
+    inputs = cpu_graph.example_inputs_on(gm, example_inputs, to_copy)
     compiled = compile_graph(gm, inputs)
 
     def run(*args):

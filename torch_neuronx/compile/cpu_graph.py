@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import GraphModule, Node
 
 CPU = torch.device("cpu")
@@ -204,6 +205,28 @@ def move_graph_to(gm: GraphModule, device: torch.device) -> None:
             node.kwargs = {**node.kwargs, "device": device}
     graph.lint()
     gm.recompile()
+
+
+def example_inputs_on(
+    gm: GraphModule, example_inputs: Sequence[Any], devices: dict[int, torch.device]
+) -> list[Any]:
+    """``example_inputs`` with input ``i`` on ``devices[i]``, for compiling.
+
+    Dynamo's fake tensor of an input is moved (in its fake mode), not the real
+    tensor: the moved one keeps its sizes' symbols and their sources, which the
+    guards of a dynamic-shape graph name (a new tensor would get fresh symbols
+    no guard can refer to).
+    """
+    inputs = list(example_inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, device in devices.items():
+        fake = _value(placeholders[i]) if len(placeholders) == len(inputs) else None
+        if isinstance(fake, FakeTensor):
+            with fake.fake_mode:
+                inputs[i] = fake.to(device)
+        else:
+            inputs[i] = inputs[i].to(device)
+    return inputs
 
 
 def with_inputs_on(
