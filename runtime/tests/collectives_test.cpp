@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "neuron_runtime/collectives/communicator.h"
@@ -263,6 +264,7 @@ void refInt(const std::vector<std::vector<char>>& in, std::vector<char>& out,
       }
       switch (o) {
         case ReduceOp::kSum:
+        case ReduceOp::kAvg:
           acc += ux;
           break;
         case ReduceOp::kProduct:
@@ -290,6 +292,12 @@ void refInt(const std::vector<std::vector<char>>& in, std::vector<char>& out,
     const bool minmax =
         !is_bool && (op == ReduceOp::kMin || op == ReduceOp::kMax);
     T r = minmax ? static_cast<T>(sacc) : static_cast<T>(acc);
+    // AVG as NCCL: the sum wrapped in T, then C division (toward zero).
+    const auto ranks = static_cast<int64_t>(in.size());
+    if (op == ReduceOp::kAvg)
+      r = std::is_signed_v<T> ? static_cast<T>(static_cast<int64_t>(r) / ranks)
+                              : static_cast<T>(static_cast<uint64_t>(r) /
+                                               static_cast<uint64_t>(ranks));
     std::memcpy(out.data() + i * sizeof(T), &r, sizeof(T));
   }
 }
@@ -414,7 +422,9 @@ TEST(CollectivesReduce, BlockConversionsMatchScalarOnes) {
 TEST(CollectivesReduce, RejectsUndefinedOps) {
   EXPECT_NE(checkReduce(DataType::kFloat32, ReduceOp::kBand), "");
   EXPECT_NE(checkReduce(DataType::kBFloat16, ReduceOp::kBxor), "");
-  EXPECT_NE(checkReduce(DataType::kInt32, ReduceOp::kAvg), "");
+  EXPECT_EQ(checkReduce(DataType::kInt32, ReduceOp::kAvg), "");
+  EXPECT_EQ(checkReduce(DataType::kUInt8, ReduceOp::kAvg), "");
+  EXPECT_NE(checkReduce(DataType::kBool, ReduceOp::kAvg), "");
   EXPECT_NE(checkReduce(DataType::kInt64, ReduceOp::kPremulSum), "");
   EXPECT_EQ(checkReduce(DataType::kBool, ReduceOp::kBxor), "");
   EXPECT_EQ(checkReduce(DataType::kFloat16, ReduceOp::kAvg), "");

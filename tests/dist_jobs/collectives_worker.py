@@ -59,6 +59,13 @@ ALL = FLOATS + INTS + [torch.bool]
 R = dist.ReduceOp
 
 
+def int_avg_ref(xs, dtype):
+    """NCCL's integer average: the sum wraps in the dtype, then a C division
+    (truncating toward zero) by the world size."""
+    wrapped = torch.stack([x.to(torch.int64) for x in xs]).sum(0).to(dtype)
+    return torch.div(wrapped, world, rounding_mode="trunc")
+
+
 def reduce_ref(op, dtype, n):
     xs = [inp(r, n, dtype) for r in range(world)]
     if dtype == torch.bool:
@@ -82,8 +89,10 @@ def reduce_ref(op, dtype, n):
         out = acc.min(0).values
     elif op == R.MAX:
         out = acc.max(0).values
-    elif op == R.AVG:
+    elif op == R.AVG and dtype.is_floating_point:
         out = acc.sum(0) / world
+    elif op == R.AVG:
+        return int_avg_ref(xs, dtype)
     elif op == R.BAND:
         out = acc[0]
         for x in acc[1:]:
@@ -102,9 +111,9 @@ def reduce_ref(op, dtype, n):
 # ---- all_reduce: every op on every dtype it takes
 for dtype in ALL:
     ops = [R.SUM, R.PRODUCT, R.MIN, R.MAX]
-    if dtype.is_floating_point:
+    if dtype != torch.bool:
         ops.append(R.AVG)
-    else:
+    if not dtype.is_floating_point:
         ops += [R.BAND, R.BOR, R.BXOR]
     for op in ops:
         for n in (1, 1000, 70000):
@@ -186,6 +195,39 @@ expect(
     out,
     (torch.arange(world * 4, dtype=torch.float32) + world - 1)[rank * 4 : (rank + 1) * 4],
 )
+
+
+# ---- AVG on integers, as NCCL: negative sums truncate toward zero, and the
+# sum wraps in the dtype before the division (uint8/int8 inputs near the top
+# of their range). all_reduce (small and chunked sizes), reduce_scatter_tensor
+# and the list form.
+def avg_inp(r, n, dtype):
+    k = torch.arange(n, dtype=torch.int64)
+    if dtype == torch.uint8:
+        return ((k * 37 + 200 + r * 29) % 256).to(dtype)
+    if dtype == torch.int8:
+        return ((k * 37 + 100 + r * 53) % 256 - 128).to(dtype)
+    return (k % 11 - 7 - 3 * r + (k % 5) * r).to(dtype)  # negative and positive sums
+
+
+for dtype in INTS:
+    for n in (7, 70000):
+        xs = [avg_inp(r, n, dtype) for r in range(world)]
+        t = xs[rank].to(dev)
+        dist.all_reduce(t, op=R.AVG)
+        expect(f"all_reduce AVG {dtype} n={n} (integer)", t, int_avg_ref(xs, dtype))
+    xs = [avg_inp(r, world * 5, dtype) for r in range(world)]
+    want = int_avg_ref(xs, dtype).chunk(world)[rank]
+    out = torch.empty(5, dtype=dtype, device=dev)
+    dist.reduce_scatter_tensor(out, xs[rank].to(dev), op=R.AVG)
+    expect(f"reduce_scatter_tensor AVG {dtype} (integer)", out, want)
+    out = torch.empty(5, dtype=dtype, device=dev)
+    dist.reduce_scatter(out, list(xs[rank].to(dev).chunk(world)), op=R.AVG)
+    expect(f"reduce_scatter AVG {dtype} (integer)", out, want)
+    t = xs[rank].to(dev)
+    dist.reduce(t, dst=0, op=R.AVG)
+    if rank == 0:
+        expect(f"reduce AVG {dtype} (integer)", t, int_avg_ref(xs, dtype))
 
 objs = [None] * world
 dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank})

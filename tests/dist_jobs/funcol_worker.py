@@ -41,6 +41,8 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64):
     refs = {"sum": xs.sum(0), "max": xs.max(0).values, "min": xs.min(0).values}
     if dtype.is_floating_point:
         refs["avg"] = xs.mean(0)
+    else:  # NCCL's integer average: the sum, divided truncating toward zero
+        refs["avg"] = torch.div(xs.sum(0), world, rounding_mode="trunc")
     for op, want in refs.items():
         y = funcol.all_reduce(on_dev(rank, (5, 3), dtype), op, WORLD)
         expect(f"all_reduce {op} {dtype} is async", isinstance(y, funcol.AsyncCollectiveTensor))

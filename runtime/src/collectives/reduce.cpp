@@ -221,17 +221,34 @@ void floatingOp(ReduceOp op, void* out, void* out2, const void* const* srcs,
   }
 }
 
+// AVG of integers, as NCCL's: the wrapping sum, then one C integer division
+// by the world size (truncating toward zero), in 64 bits so that a divisor
+// above the type's range (e.g. 300 ranks of uint8) is still exact.
+template <typename A>
+A truncatingDivide(A sum, int divisor) {
+  if constexpr (std::is_signed_v<A>)
+    return static_cast<A>(static_cast<int64_t>(sum) / divisor);
+  else
+    return static_cast<A>(static_cast<uint64_t>(sum) /
+                          static_cast<uint64_t>(divisor));
+}
+
 template <class C>
 void integerOp(ReduceOp op, void* out, void* out2, const void* const* srcs,
-               int n, size_t count) {
+               int n, size_t count, int avg_divisor) {
   using A = typename C::Acc;
   Identity id;
+  auto wrapping_sum = [](A a, A b) {
+    return static_cast<A>(Wide<A>(a) + Wide<A>(b));
+  };
   switch (op) {
     case ReduceOp::kSum:
-      return kernel<C>(
-          out, out2, srcs, n, count,
-          [](A a, A b) { return static_cast<A>(Wide<A>(a) + Wide<A>(b)); }, id,
-          id);
+      return kernel<C>(out, out2, srcs, n, count, wrapping_sum, id, id);
+    case ReduceOp::kAvg: {
+      const int d = avg_divisor;
+      return kernel<C>(out, out2, srcs, n, count, wrapping_sum, id,
+                       [d](A a) { return truncatingDivide(a, d); });
+    }
     case ReduceOp::kProduct:
       return kernel<C>(
           out, out2, srcs, n, count,
@@ -305,6 +322,10 @@ std::string checkReduce(DataType dtype, ReduceOp op) {
                dtypeName(dtype);
       return {};
     case ReduceOp::kAvg:
+      // Integers: the sum divided with truncation, as NCCL's average.
+      if (dtype == DataType::kBool)
+        return "reduce op AVG is not defined for bool tensors (as in NCCL)";
+      return {};
     case ReduceOp::kPremulSum:
       if (!fp)
         return std::string("reduce op ") + reduceOpName(op) +
@@ -333,15 +354,20 @@ void reduceInto(DataType dtype, ReduceOp op, void* out, void* out2,
       return floatingOp<BFloat>(op, out, out2, srcs, n, count, factor,
                                 avg_divisor);
     case DataType::kInt8:
-      return integerOp<Plain<int8_t, int8_t>>(op, out, out2, srcs, n, count);
+      return integerOp<Plain<int8_t, int8_t>>(op, out, out2, srcs, n, count,
+                                              avg_divisor);
     case DataType::kInt16:
-      return integerOp<Plain<int16_t, int16_t>>(op, out, out2, srcs, n, count);
+      return integerOp<Plain<int16_t, int16_t>>(op, out, out2, srcs, n, count,
+                                                avg_divisor);
     case DataType::kInt32:
-      return integerOp<Plain<int32_t, int32_t>>(op, out, out2, srcs, n, count);
+      return integerOp<Plain<int32_t, int32_t>>(op, out, out2, srcs, n, count,
+                                                avg_divisor);
     case DataType::kInt64:
-      return integerOp<Plain<int64_t, int64_t>>(op, out, out2, srcs, n, count);
+      return integerOp<Plain<int64_t, int64_t>>(op, out, out2, srcs, n, count,
+                                                avg_divisor);
     case DataType::kUInt8:
-      return integerOp<Plain<uint8_t, uint8_t>>(op, out, out2, srcs, n, count);
+      return integerOp<Plain<uint8_t, uint8_t>>(op, out, out2, srcs, n, count,
+                                                avg_divisor);
     case DataType::kBool:
       return boolOp(op, out, out2, srcs, n, count);
   }

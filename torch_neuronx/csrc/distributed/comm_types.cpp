@@ -74,8 +74,8 @@ coll::ReduceOp commReduceOp(const c10d::ReduceOp& op, at::ScalarType t) {
     case c10d::ReduceOp::SUM:
       return coll::ReduceOp::kSum;
     case c10d::ReduceOp::AVG:
-      if (!floating)
-        unsupported("ReduceOp.AVG supports floating-point dtypes only");
+      // Integers as NCCL: the sum, then a division truncating toward zero.
+      if (t == at::kBool) unsupported("ReduceOp.AVG does not support bool");
       return coll::ReduceOp::kAvg;
     case c10d::ReduceOp::PREMUL_SUM:
       if (!floating)
@@ -123,6 +123,13 @@ std::optional<at::Tensor> premulTensorFactor(const c10d::ReduceOp& op) {
   auto* s = static_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
   if (!s->tensor_factor.defined()) return std::nullopt;
   return s->tensor_factor;
+}
+
+void divideForAverage(const at::Tensor& sum, int64_t ranks) {
+  if (at::isIntegralType(sum.scalar_type(), /*includeBool=*/false))
+    sum.div_(ranks, "trunc");
+  else
+    sum.div_(ranks);
 }
 
 }  // namespace torch_neuronx

@@ -24,9 +24,13 @@ std::optional<CommElement> reducibleAs(at::ScalarType t);
 at::ScalarType scalarTypeOf(coll::DataType t);
 
 // A reduce op on `t`, or a DistBackendError naming what is not supported
-// (as NCCL: AVG and PREMUL_SUM on floating types only, bitwise ops on
-// integers and bool only).
+// (as NCCL: PREMUL_SUM on floating types only, AVG on all but bool, bitwise
+// ops on integers and bool only).
 coll::ReduceOp commReduceOp(const c10d::ReduceOp& op, at::ScalarType t);
+
+// AVG's last step on a summed tensor, in place: integers are divided as C
+// (and NCCL) divide them, truncating toward zero; other types exactly.
+void divideForAverage(const at::Tensor& sum, int64_t ranks);
 
 // PREMUL_SUM's factor when it is a double (a tensor factor is read by the
 // work item from device memory); 1 for other ops.

@@ -77,8 +77,16 @@ class GlooTransport final : public Transport {
         break;
     }
     run(work, g);
-    if (op == coll::ReduceOp::kAvg) work.div_(size_);
-    if (low || narrow) dst.copy_(work);
+    const bool avg = op == coll::ReduceOp::kAvg;
+    if (low) {
+      if (avg) divideForAverage(work, size_);
+      dst.copy_(work);
+    } else {
+      // The int32 sum of int16s wraps in int16 before AVG divides it, as the
+      // shared-memory communicator's does.
+      if (narrow) dst.copy_(work);
+      if (avg) divideForAverage(dst, size_);
+    }
   }
 
   void reduce(const void* in, void* out, size_t count, coll::DataType dtype,

@@ -61,9 +61,10 @@ class HierarchicalTransport final : public Transport {
     if (leaders_) {
       leaders_->allReduce(out, out, count, dtype, leader_op, leader_factor);
       if (op == coll::ReduceOp::kAvg)
-        at::from_blob(out, {static_cast<int64_t>(count)},
-                      at::TensorOptions().dtype(scalarTypeOf(dtype)))
-            .div_(size_);
+        divideForAverage(
+            at::from_blob(out, {static_cast<int64_t>(count)},
+                          at::TensorOptions().dtype(scalarTypeOf(dtype))),
+            size_);
     }
     if (local_) local_->broadcast(out, count, dtype, /*root=*/0);
   }

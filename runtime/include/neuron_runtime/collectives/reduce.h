@@ -18,7 +18,7 @@ namespace neuron_rt {
 namespace collectives {
 
 // Empty if `op` is defined for `dtype`, else a message saying why not
-// (bitwise ops on floats, AVG/PREMUL_SUM on integers).
+// (bitwise ops on floats, PREMUL_SUM on integers, AVG on bool).
 std::string checkReduce(DataType dtype, ReduceOp op);
 
 // out[i] = srcs[0][i] (op) srcs[1][i] (op) ... (op) srcs[n-1][i] for i in

@@ -34,7 +34,8 @@ enum class ReduceOp : uint8_t {
   kBand,       // integers and bool only
   kBor,        // integers and bool only
   kBxor,       // integers and bool only
-  kAvg,        // floating types only (as NCCL): sum, then divide by world size
+  kAvg,        // sum, then divide by world size (integers: truncating, as
+               // NCCL); not bool
   kPremulSum,  // floating types only: sum of (input * factor)
 };
 
