@@ -86,10 +86,12 @@ def test_mismatched_ranks_all_raise_and_group_stays_usable():
 
 
 def test_bad_arguments_are_refused_at_the_call():
-    outs = check_all_ok(run_ranks(FAULTS, 2, timeout=120, args=("misuse",)))
+    # Two cores per rank, so that a rank has a device the group is not bound to.
+    two_cores = lambda r: {"NEURON_RT_VISIBLE_CORES": f"{2 * r}-{2 * r + 1}"}  # noqa: E731
+    outs = check_all_ok(run_ranks(FAULTS, 2, timeout=120, args=("misuse",), rank_env=two_cores))
     for out in outs:
         assert "USABLE" in out, out
         # A CPU tensor in a neuron-only group: torch's own message, as with NCCL.
         assert "cpu tensor: No backend type associated with device type cpu" in out, out
         assert "other device: neuron backend: allreduce: tensor on neuron:" in out, out
-        assert "integer AVG: neuron backend: ReduceOp.AVG supports floating-point" in out, out
+        assert "bool AVG: neuron backend: ReduceOp.AVG does not support bool" in out, out

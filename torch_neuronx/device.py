@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -62,22 +63,29 @@ def _parse_device_string(name: str) -> torch.device:
 
 
 def _check_index(idx: int) -> None:
-    """IndexError naming the valid range unless ``idx`` is a visible device.
+    """IndexError naming the valid range unless ``idx`` is an index of the numbering.
 
     Python checks the range before any ``_C`` call: the bindings take a C int
     (a larger index is pybind's "incompatible function arguments") and narrow it
-    to c10's 8-bit DeviceIndex (neuron:256 would silently be neuron:0).
+    to c10's 8-bit DeviceIndex (neuron:256 would silently be neuron:0). Under a
+    launcher the numbering also holds the other local ranks' devices: what runs
+    on a device or reserves one checks, in C++, that the device is this
+    process's (see ``_device_range``).
     """
-    count = _C._device_count()
-    if 0 <= idx < count:
-        return
-    if count == 0:
-        where = "there are no visible neuron devices ("
-    elif count == 1:
-        where = "there is 1 visible neuron device (valid index: 0; "
-    else:
-        where = f"there are {count} visible neuron devices (valid indices are 0..{count - 1}; "
-    raise IndexError(f"Invalid device index neuron:{idx}: {where}see NEURON_RT_VISIBLE_CORES)")
+    if not 0 <= idx < _C._device_count():
+        raise IndexError(_C._device_index_error(str(idx)))
+
+
+def _device_range() -> range:
+    """This process's devices: ``range(first, first + count)``.
+
+    ``first`` is 0, or in a process started by a launcher (``LOCAL_RANK`` set)
+    its local rank, as TorchNeuron numbers them: every rank's first device is
+    ``neuron:<local_rank>``. ``device_count()`` is the end of the host's
+    numbering, so some indices below it can be other ranks' devices.
+    """
+    first, count = _C._device_range()
+    return range(first, first + count)
 
 
 def _index(device: Any = None) -> int:
@@ -110,7 +118,15 @@ def is_available() -> bool:
 
 
 def device_count() -> int:
-    """Number of visible neuron devices (NEURON_RT_VISIBLE_CORES selects them)."""
+    """Number of neuron device indices (NEURON_RT_VISIBLE_CORES selects the devices).
+
+    In one process: the visible cores, neuron:0 .. neuron:<count - 1>. In a
+    process started by a launcher such as torchrun, whose devices are numbered
+    from its LOCAL_RANK: one more than the host's highest index
+    (LOCAL_WORLD_SIZE - 1 + its own count), the same on every local rank, so
+    ``local_rank < device_count()`` and ``rank % device_count()`` hold as on
+    CUDA.
+    """
     return _C._device_count()
 
 
@@ -221,3 +237,17 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def launch_blocking() -> bool:
     """True when NEURON_LAUNCH_BLOCKING=1: every op waits for the device."""
     return bool(_C._launch_blocking())
+
+
+def _give_launched_rank_its_core() -> None:
+    """As TorchNeuron's launcher does: a process started by torchrun (LOCAL_RANK
+    set) without NEURON_RT_VISIBLE_CORES gets the core of its local rank, so
+    that the local ranks do not share cores. Runs at import, before the runtime
+    reads the variable; a malformed LOCAL_RANK is reported at first device use.
+    """
+    local_rank = os.environ.get("LOCAL_RANK", "")
+    if local_rank.isdigit() and not os.environ.get("NEURON_RT_VISIBLE_CORES"):
+        os.environ["NEURON_RT_VISIBLE_CORES"] = str(int(local_rank))
+
+
+_give_launched_rank_its_core()

@@ -62,11 +62,12 @@ if mode == "misuse":
     errors = {}
     for name, fn in {
         "cpu tensor": lambda: dist.all_reduce(torch.ones(2)),
+        # The test gives every rank two cores: neuron:<rank> and neuron:<rank + 1>.
         "other device": lambda: dist.all_reduce(
-            torch.ones(2, device=torch.device("neuron", (rank + 1) % torch.neuron.device_count()))
+            torch.ones(2, device=torch.device("neuron", rank + 1))
         ),
-        "integer AVG": lambda: dist.all_reduce(
-            torch.ones(2, dtype=torch.int32, device=dev), op=dist.ReduceOp.AVG
+        "bool AVG": lambda: dist.all_reduce(
+            torch.ones(2, dtype=torch.bool, device=dev), op=dist.ReduceOp.AVG
         ),
         "float BAND": lambda: dist.all_reduce(torch.ones(2, device=dev), op=dist.ReduceOp.BAND),
         "uneven all_to_all splits": lambda: dist.all_to_all_single(

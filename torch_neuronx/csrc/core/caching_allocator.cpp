@@ -636,7 +636,9 @@ void CachingAllocator::releaseGraphPool(c10::DeviceIndex device,
 
 void CachingAllocator::emptyCache(c10::MempoolId_t) {
   if (!neuron_rt::Runtime::initialized()) return;
-  for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
+  const DeviceNumbering own = deviceNumbering();
+  for (int i = own.first; i < own.first + own.count; ++i) {
+    const auto d = static_cast<c10::DeviceIndex>(i);
     // Blocks of in-flight work are released only once that work has run.
     runtimeDevice(d).synchronize();
     cacheFor(d).emptyCache();

@@ -2,12 +2,48 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <string>
 
 namespace torch_neuronx {
 namespace {
 
-thread_local c10::DeviceIndex tls_current_device = 0;
+// -1: not set by this thread, i.e. the process's first device.
+thread_local int tls_current_device = -1;
+
+// Per-device tables elsewhere (streams) are sized for this many indices.
+constexpr int kMaxDeviceIndices = 64;
+
+// A launcher's variable: unset (-1) or a non-negative integer.
+int launcherInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  const std::string s(v);
+  const bool digits =
+      s.size() <= 6 && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+        return std::isdigit(c) != 0;
+      });
+  TORCH_CHECK(digits, "invalid ", name, "='", s,
+              "': expected a non-negative integer (torchrun sets it to the "
+              "process's rank on its host)");
+  return std::stoi(s);
+}
+
+DeviceNumbering numberingFor(int count) {
+  DeviceNumbering n;
+  n.count = count;
+  n.first = std::max(0, launcherInt("LOCAL_RANK"));
+  n.limit = n.first + count;
+  const int local_world = launcherInt("LOCAL_WORLD_SIZE");
+  if (n.first > 0 || local_world > 0)
+    n.limit = std::max(n.limit, local_world - 1 + count);
+  TORCH_CHECK(n.limit <= kMaxDeviceIndices, "LOCAL_RANK=", n.first, " with ",
+              count, " visible neuron devices numbers them past neuron:",
+              kMaxDeviceIndices - 1, ", the highest index supported");
+  return n;
+}
 
 }  // namespace
 
@@ -30,44 +66,83 @@ neuron_rt::Runtime& runtime() {
   }
 }
 
+DeviceNumbering deviceNumbering() {
+  if (neuron_rt::Runtime::initialized()) {
+    // Fixed once the runtime is up (its devices and the launcher's rank are).
+    static const DeviceNumbering fixed = numberingFor(runtime().deviceCount());
+    return fixed;
+  }
+  try {
+    return numberingFor(neuron_rt::Runtime::visibleDeviceCount());
+  } catch (const neuron_rt::Error& e) {
+    rethrowRuntimeError(e);
+  }
+}
+
 c10::DeviceIndex deviceCount() noexcept {
   try {
-    return static_cast<c10::DeviceIndex>(
-        neuron_rt::Runtime::visibleDeviceCount());
+    return static_cast<c10::DeviceIndex>(deviceNumbering().limit);
   } catch (...) {
     return 0;
   }
 }
 
+std::string deviceIndexError(const std::string& index) {
+  const DeviceNumbering n = deviceNumbering();
+  std::string msg = "Invalid device index neuron:" + index + ": there ";
+  if (n.count == 0)
+    return msg + "are no visible neuron devices (see NEURON_RT_VISIBLE_CORES)";
+  msg += n.count == 1
+             ? "is 1 visible neuron device"
+             : "are " + std::to_string(n.count) + " visible neuron devices";
+  // TorchNeuron's wording, for scripts and logs written against it.
+  msg += " (Device index " + index + " is out of range. Valid range is " +
+         std::to_string(n.first) + " to " +
+         std::to_string(n.first + n.count - 1) + " for this process; ";
+  if (n.first > 0)
+    msg += "a launched process's devices are numbered from its LOCAL_RANK=" +
+           std::to_string(n.first) + "; ";
+  return msg + "see NEURON_RT_VISIBLE_CORES)";
+}
+
 void checkDeviceIndex(c10::DeviceIndex index) {
-  int count;
-  try {
-    count = neuron_rt::Runtime::visibleDeviceCount();
-  } catch (const neuron_rt::Error& e) {
-    rethrowRuntimeError(e);
-  }
-  TORCH_CHECK_INDEX(index >= 0 && index < count,
-                    "Invalid device index neuron:", static_cast<int>(index),
-                    ": there ", count == 1 ? "is " : "are ", count,
-                    " visible neuron device", count == 1 ? "" : "s",
-                    " (valid indices are 0..", count - 1,
-                    "; see NEURON_RT_VISIBLE_CORES)");
+  const DeviceNumbering n = deviceNumbering();
+  TORCH_CHECK_INDEX(index >= 0 && index < n.limit,
+                    deviceIndexError(std::to_string(index)));
+}
+
+void checkOwnDevice(c10::DeviceIndex index) {
+  TORCH_CHECK_INDEX(deviceNumbering().owns(index),
+                    deviceIndexError(std::to_string(index)));
+}
+
+int runtimeIndex(c10::DeviceIndex index) {
+  checkOwnDevice(index);
+  return index - deviceNumbering().first;
 }
 
 neuron_rt::Device& runtimeDevice(c10::DeviceIndex index) {
-  checkDeviceIndex(index);
-  return runtime().device(index);
+  const int i = runtimeIndex(index);
+  return runtime().device(i);
 }
 
-c10::DeviceIndex currentDevice() { return tls_current_device; }
+c10::DeviceIndex currentDevice() {
+  if (tls_current_device >= 0)
+    return static_cast<c10::DeviceIndex>(tls_current_device);
+  try {
+    return static_cast<c10::DeviceIndex>(deviceNumbering().first);
+  } catch (const c10::Error&) {
+    return 0;  // a malformed environment is reported at first device use
+  }
+}
 
 void setCurrentDevice(c10::DeviceIndex index) {
-  checkDeviceIndex(index);
+  checkOwnDevice(index);
   tls_current_device = index;
 }
 
 c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) {
-  c10::DeviceIndex prev = tls_current_device;
+  c10::DeviceIndex prev = currentDevice();
   if (index != prev) setCurrentDevice(index);
   return prev;
 }

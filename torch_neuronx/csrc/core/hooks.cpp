@@ -12,8 +12,12 @@ namespace torch_neuronx {
 bool Hooks::isAvailable() const { return deviceCount() > 0; }
 
 bool Hooks::hasPrimaryContext(c10::DeviceIndex device_index) const {
-  return neuron_rt::Runtime::initialized() && device_index >= 0 &&
-         device_index < deviceCount();
+  if (!neuron_rt::Runtime::initialized()) return false;
+  try {
+    return deviceNumbering().owns(device_index);
+  } catch (const c10::Error&) {
+    return false;
+  }
 }
 
 void Hooks::init() const { (void)runtime(); }
@@ -33,7 +37,7 @@ c10::DeviceIndex Hooks::exchangeDevice(c10::DeviceIndex device) const {
 }
 
 c10::DeviceIndex Hooks::maybeExchangeDevice(c10::DeviceIndex device) const {
-  if (device < 0 || device >= deviceCount()) return currentDevice();
+  if (!deviceNumbering().owns(device)) return currentDevice();
   return torch_neuronx::exchangeDevice(device);
 }
 
@@ -47,9 +51,10 @@ c10::Allocator* Hooks::getPinnedMemoryAllocator() const {
 
 c10::Device Hooks::getDeviceFromPtr(void* data) const {
   auto& rt = runtime();
+  const int first = deviceNumbering().first;
   for (int i = 0; i < rt.deviceCount(); ++i)
     if (rt.device(i).hbm().contains(data))
-      return neuronDevice(static_cast<c10::DeviceIndex>(i));
+      return neuronDevice(static_cast<c10::DeviceIndex>(first + i));
   TORCH_CHECK(false, "pointer ", data,
               " is not in the memory of any neuron device");
 }

@@ -125,8 +125,8 @@ void raisePendingError(c10::DeviceIndex device) {
   if (!err) return;
   if (err->status == neuron_rt::Status::kCollectiveFailed)
     C10_THROW_ERROR(DistBackendError, err->message);  // names the collective
-  TORCH_CHECK(false, "neuron:", err->device, ": device error in ", err->label,
-              " (work item ", err->seq, " on stream ", err->stream,
+  TORCH_CHECK(false, "neuron:", static_cast<int>(device), ": device error in ",
+              err->label, " (work item ", err->seq, " on stream ", err->stream,
               "): ", err->message,
               launchBlocking()
                   ? ""
