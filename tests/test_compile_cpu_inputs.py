@@ -149,3 +149,16 @@ def test_reduce_overhead_on_cpu_inputs():
         out = f(x)
         assert out.device.type == "neuron"
         torch.testing.assert_close(out.cpu(), fn(x))
+
+
+def test_retain_device_mode_returns_cpu_outputs(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_RETAIN_DEVICE_MODE", "1")
+
+    def fn(x):
+        x.add_(10)
+        return x * 2, x.sum()
+
+    x = torch.zeros(4)
+    doubled, total = torch.compile(fn, backend="neuron")(x)
+    assert doubled.device.type == "cpu" and total.device.type == "cpu"
+    assert doubled.tolist() == [20.0] * 4 and total.item() == 40.0 and x.tolist() == [10.0] * 4

@@ -13,7 +13,8 @@ therefore moved to neuron as a whole before Inductor compiles it:
 - inputs it mutates are copied back into the caller's CPU tensors (eager semantics);
 - its random ops still draw from the CPU generator, on the CPU, so that the
   compiled graph gives the numbers the same code gives eagerly on the CPU (the
-  values are copied to the device); dropout draws only its mask there.
+  values are copied to the device); dropout draws only its mask there;
+- its outputs are neuron tensors (``TORCH_NEURONX_RETAIN_DEVICE_MODE=1``: CPU ones).
 
 A graph that already computes on neuron (a model on neuron) keeps its CPU tensors
 where eager mode puts them (see ``backend._cpu_inputs_to_copy``).
@@ -229,6 +230,15 @@ def example_inputs_on(
     return inputs
 
 
+def retain_device_mode() -> bool:
+    """TORCH_NEURONX_RETAIN_DEVICE_MODE=1 (TorchNeuron's): the outputs of a CPU graph
+    come back to the CPU, where its inputs were (for code and test suites that
+    expect the device they passed in)."""
+    from . import env_flag
+
+    return env_flag("TORCH_NEURONX_RETAIN_DEVICE_MODE")
+
+
 def with_inputs_on(
     compiled: Callable, cpu_indices: Sequence[int], device: torch.device
 ) -> Callable:
@@ -246,6 +256,8 @@ def with_inputs_on(
         for original, copy, version in copies.values():
             if copy._version != version:  # mutated in the graph (AOTAutograd bumps it)
                 original.copy_(copy)
+        if retain_device_mode():
+            out = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(CPU), out)
         return out
 
     return run
