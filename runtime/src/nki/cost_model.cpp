@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "neuron_runtime/nki/operands.h"
+
 namespace neuron_rt {
 namespace nki {
 namespace {
@@ -243,14 +245,17 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
     const int e = static_cast<int>(in.engine);
     const double cost = instructionCost(prog, in, p);
     // Ready when what it reads was written, and what it overwrites was read
-    // and written by earlier instructions.
+    // and written by earlier instructions. (An accumulating matmul's read of
+    // its destination waits on the destination's writes, as its write does.)
+    const OperandRoles roles = operandRoles(in);
     double ready = 0;
     auto reads = [&](const Access& a) {
       if (a.buffer < 0 || a.count() == 0) return;
       ready =
           std::max(ready, readyAfter(history[a.buffer].writes, boxOf(prog, a)));
     };
-    for (int s = 0; s < 3; ++s) reads(in.src[s]);
+    for (int s = 0; s < 3; ++s)
+      if (roles.reads[s]) reads(in.src[s]);
     Box dst_box{0, 0, 0, 0};
     const bool has_dst = in.dst.buffer >= 0 && in.dst.count() > 0;
     if (has_dst) {
@@ -283,7 +288,7 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
     end = std::max(end, finish);
     for (int s = 0; s < 3; ++s) {
       const Access& a = in.src[s];
-      if (a.buffer >= 0 && a.count() > 0)
+      if (roles.reads[s] && a.buffer >= 0 && a.count() > 0)
         record(history[a.buffer].reads, boxOf(prog, a), finish);
     }
     if (has_dst) record(history[in.dst.buffer].writes, dst_box, finish);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "neuron_runtime/nki/access_rows.h"
+#include "neuron_runtime/nki/operands.h"
 
 namespace neuron_rt {
 namespace nki {
@@ -133,35 +134,22 @@ class DefinednessPass {
     return true;
   }
 
-  bool sourcesDefined(const Instruction& in) {
-    const Access* reads[4] = {nullptr, nullptr, nullptr, nullptr};
-    int n = 0;
-    switch (in.op) {
-      case Op::kIota:
-      case Op::kMemset:
-        break;
-      case Op::kTensorScalar:
-      case Op::kActivation:
-        reads[n++] = &in.src[0];
-        if (!(in.flags & kFlagOperand0Imm)) reads[n++] = &in.src[1];
-        if (!(in.flags & kFlagOperand1Imm)) reads[n++] = &in.src[2];
-        break;
-      default:
-        for (int k = 0; k < 3; ++k) reads[n++] = &in.src[k];
-    }
-    if (in.op == Op::kMatmul && (in.flags & kFlagAccumulate))
-      reads[n++] = &in.dst;
-    for (int k = 0; k < n; ++k)
-      if (reads[k]->buffer >= 0 && undefinedCount(reads[k]->buffer) != 0)
-        return false;
-    return true;
+  bool whollyDefined(const Access& a) {
+    return a.buffer < 0 || undefinedCount(a.buffer) == 0;
+  }
+
+  bool sourcesDefined(const Instruction& in, const OperandRoles& roles) {
+    for (int s = 0; s < 3; ++s)
+      if (roles.reads[s] && !whollyDefined(in.src[s])) return false;
+    return !roles.accumulates || whollyDefined(in.dst);
   }
 
   void step(const Instruction& in, int64_t i) {
     if (in.dst.buffer < 0) return;
+    const OperandRoles roles = operandRoles(in);
     // Fast paths: defined data into memory that is (or becomes wholly)
     // defined changes nothing but the count.
-    if (sourcesDefined(in)) {
+    if (sourcesDefined(in, roles)) {
       int64_t& count = undefinedCount(in.dst.buffer);
       if (count == 0) return;
       if (coversBuffer(in.dst)) {
@@ -189,8 +177,7 @@ class DefinednessPass {
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = 0; n < N; ++n) out[n] = cm[m] & cn[n];
           const int64_t off = d.offset + m * d.stride[0];
-          if (in.flags & kFlagAccumulate)
-            andRow(d, off, N, out, from, i, in.loc);
+          if (roles.accumulates) andRow(d, off, N, out, from, i, in.loc);
           for (int64_t n = 0; n < N; ++n) any_undefined |= !out[n];
           writeRow(d, off, N, out);
         }
@@ -203,39 +190,31 @@ class DefinednessPass {
         // Each destination element depends on a set of source elements;
         // conservatively: a source row (all reduced / scanned elements of a
         // partition) decides the whole destination row of that partition.
-        const Access &s = in.src[0], &d = in.dst;
+        const Access& d = in.dst;
         const int64_t P = d.ndim ? d.size[0] : 1;
+        // The part of `a` in partition p.
+        auto partition = [](Access a, int64_t p) {
+          if (a.ndim) {
+            a.offset += p * a.stride[0];
+            a.size[0] = 1;
+          }
+          return a;
+        };
         for (int64_t p = 0; p < P; ++p) {
-          Access sp = s, dp = d;
-          if (s.ndim) {
-            sp.offset += p * s.stride[0];
-            sp.size[0] = 1;
-          }
-          if (d.ndim) {
-            dp.offset += p * d.stride[0];
-            dp.size[0] = 1;
-          }
           uint8_t v = 1;
-          const Access* one[1] = {&sp};
-          forEachRow(sp, one, 1, [&](const int64_t* off, int64_t n) {
-            uint8_t* acc = row(0, n);
-            std::fill(acc, acc + n, 1);
-            andRow(sp, off[0], n, acc, from, i, in.loc);
-            for (int64_t k = 0; k < n; ++k) v &= acc[k];
-          });
-          if (in.op == Op::kScan && in.src[1].buffer >= 0) {
-            Access bp = in.src[1];
-            bp.offset += p * bp.stride[0];
-            bp.size[0] = 1;
-            const Access* b1[1] = {&bp};
-            forEachRow(bp, b1, 1, [&](const int64_t* off, int64_t n) {
+          for (int s = 0; s < 3; ++s) {
+            if (!roles.reads[s]) continue;
+            const Access sp = partition(in.src[s], p);
+            const Access* one[1] = {&sp};
+            forEachRow(sp, one, 1, [&](const int64_t* off, int64_t n) {
               uint8_t* acc = row(0, n);
               std::fill(acc, acc + n, 1);
-              andRow(bp, off[0], n, acc, from, i, in.loc);
+              andRow(sp, off[0], n, acc, from, i, in.loc);
               for (int64_t k = 0; k < n; ++k) v &= acc[k];
             });
           }
           any_undefined |= !v;
+          const Access dp = partition(d, p);
           const Access* dd[1] = {&dp};
           forEachRow(dp, dd, 1, [&](const int64_t* off, int64_t n) {
             uint8_t* out = row(1, n);
@@ -260,35 +239,14 @@ class DefinednessPass {
         break;
       }
       default: {
-        // Element-wise: position by position over the operands it reads.
-        bool reads[3] = {false, false, false};
-        switch (in.op) {
-          case Op::kCopy:
-          case Op::kAffineSelect:
-            reads[0] = true;
-            break;
-          case Op::kTensorTensor:
-            reads[0] = reads[1] = true;
-            break;
-          case Op::kTensorScalar:
-          case Op::kActivation:
-            reads[0] = true;
-            reads[1] = !(in.flags & kFlagOperand0Imm);
-            reads[2] = !(in.flags & kFlagOperand1Imm) &&
-                       (in.op == Op::kActivation || in.alu1 != Alu::kBypass);
-            break;
-          case Op::kSelect:
-            reads[0] = reads[1] = reads[2] = true;
-            break;
-          default:  // iota, memset
-            break;
-        }
+        // Element-wise: position by position over the operands it reads
+        // (an affine operand is always defined).
         const Access* acc[4] = {&in.dst, &in.src[0], &in.src[1], &in.src[2]};
         forEachRow(in.dst, acc, 4, [&](const int64_t* off, int64_t n) {
           uint8_t* out = row(0, n);
           std::fill(out, out + n, 1);
           for (int s = 0; s < 3; ++s)
-            if (reads[s])
+            if (roles.reads[s])
               andRow(in.src[s], off[s + 1], n, out, from, i, in.loc);
           for (int64_t k = 0; k < n; ++k) any_undefined |= !out[k];
           writeRow(in.dst, off[0], n, out);

@@ -119,6 +119,10 @@ const char* dtypeName(DType t) {
 
 bool isFloat(DType t) { return static_cast<int>(t) <= 4; }
 
+bool isSigned(DType t) {
+  return isFloat(t) || t == DType::kI32 || t == DType::kI16 || t == DType::kI8;
+}
+
 float bf16ToFloat(uint16_t v) {
   return fromBits(static_cast<uint32_t>(v) << 16);
 }

@@ -7,6 +7,7 @@
 
 #include "neuron_runtime/nki/cost_model.h"
 #include "neuron_runtime/nki/definedness.h"
+#include "neuron_runtime/nki/operands.h"
 
 namespace neuron_rt {
 namespace nki {
@@ -34,50 +35,7 @@ const char* opName(Op op) {
                                 "tensor_tensor_scan",
                                 "nc_transpose"};
   const int k = static_cast<int>(op);
-  return k <= static_cast<int>(Op::kTranspose) ? names[k] : "?";
-}
-
-// Which source operands an instruction reads from memory or evaluates.
-struct Operands {
-  bool src[3] = {false, false, false};
-  bool reads_dst = false;
-};
-
-Operands operandsOf(const Instruction& in) {
-  Operands o;
-  switch (in.op) {
-    case Op::kCopy:
-    case Op::kReduce:
-    case Op::kBnStats:
-    case Op::kBnAggr:
-    case Op::kTranspose:
-    case Op::kIota:
-      o.src[0] = true;
-      break;
-    case Op::kTensorTensor:
-    case Op::kMatmul:
-      o.src[0] = o.src[1] = true;
-      o.reads_dst = in.op == Op::kMatmul && (in.flags & kFlagAccumulate);
-      break;
-    case Op::kTensorScalar:
-    case Op::kActivation:
-      o.src[0] = true;
-      o.src[1] = !(in.flags & kFlagOperand0Imm);
-      o.src[2] = !(in.flags & kFlagOperand1Imm);
-      break;
-    case Op::kMemset:
-      break;
-    case Op::kSelect:
-      o.src[0] = o.src[1] = o.src[2] = true;
-      break;
-    case Op::kAffineSelect:
-      o.src[0] = o.src[2] = true;
-      break;
-    case Op::kScan:
-      o.src[0] = o.src[1] = true;
-      break;
-  }
-  return o;
+  return k < kOps ? names[k] : "?";
 }
 
 bool sameShape(const Access& a, const Access& b) {
@@ -138,11 +96,11 @@ void Program::checkStructure() const {
       throw ProgramError(in.loc, static_cast<int64_t>(i),
                          std::string(opName(in.op)) + ": " + why);
     };
-    if (static_cast<int>(in.op) > static_cast<int>(Op::kTranspose) ||
+    if (static_cast<int>(in.op) >= kOps ||
         static_cast<int>(in.engine) >= kEngines || in.alu0 >= Alu::kCount ||
         in.alu1 >= Alu::kCount || in.act >= Act::kCount)
       fail("malformed instruction");
-    const Operands ops = operandsOf(in);
+    const OperandRoles roles = operandRoles(in);
     auto checkAccess = [&](const Access& a, bool needs_memory,
                            const char* what) {
       if (a.ndim < 0 || a.ndim > kMaxDims)
@@ -168,11 +126,10 @@ void Program::checkStructure() const {
     };
     checkAccess(in.dst, true, "destination");
     for (int s = 0; s < 3; ++s) {
-      if (!ops.src[s]) continue;
-      const bool affine = (in.op == Op::kIota && s == 0) ||
-                          (in.op == Op::kAffineSelect && s == 2);
-      checkAccess(in.src[s], !affine, "operand");
-      if (affine && in.src[s].buffer >= 0) fail("expects an affine expression");
+      if (!roles.uses(s)) continue;
+      checkAccess(in.src[s], roles.reads[s], "operand");
+      if (roles.affine[s] && in.src[s].buffer >= 0)
+        fail("expects an affine expression");
     }
     switch (in.op) {
       case Op::kMatmul: {
@@ -214,7 +171,7 @@ void Program::checkStructure() const {
         [[fallthrough]];
       default:
         for (int s = 0; s < 3; ++s)
-          if (ops.src[s] && !sameShape(in.src[s], in.dst))
+          if (roles.uses(s) && !sameShape(in.src[s], in.dst))
             fail("operand shape " + shapeString(in.src[s]) +
                  " does not match the destination " + shapeString(in.dst));
     }
@@ -235,10 +192,10 @@ void Program::planMemory() {
   };
   for (size_t i = 0; i < instructions_.size(); ++i) {
     const Instruction& in = instructions_[i];
-    const Operands ops = operandsOf(in);
+    const OperandRoles roles = operandRoles(in);
     touch(in.dst.buffer, static_cast<int64_t>(i));
     for (int s = 0; s < 3; ++s)
-      if (ops.src[s]) touch(in.src[s].buffer, static_cast<int64_t>(i));
+      if (roles.reads[s]) touch(in.src[s].buffer, static_cast<int64_t>(i));
   }
   // Capacity: sweep the instructions with the live set's bytes.
   const int64_t ni = static_cast<int64_t>(instructions_.size());
@@ -332,57 +289,6 @@ void Program::planMemory() {
     top = std::max(top, at + bytes);
   }
   scratch_bytes_ = top;
-}
-
-Program buildProgram(const int64_t* bw, int64_t num_buffers, const int64_t* iw,
-                     const double* imm, int64_t num_instructions,
-                     int32_t externals) {
-  std::vector<Buffer> buffers(static_cast<size_t>(num_buffers));
-  for (int64_t b = 0; b < num_buffers; ++b) {
-    const int64_t* w = bw + b * kBufferWords;
-    Buffer& buf = buffers[b];
-    if (w[0] < 0 || w[0] > 2 || w[1] < 0 ||
-        w[1] >= static_cast<int64_t>(DType::kCount))
-      throw ProgramError(
-          static_cast<int32_t>(w[7]), -1,
-          "malformed buffer " + bufferToken(static_cast<int32_t>(b)));
-    buf.space = static_cast<Space>(w[0]);
-    buf.dtype = static_cast<DType>(w[1]);
-    buf.elements = w[2];
-    buf.partitions = w[3];
-    buf.bytes_per_partition = w[4];
-    buf.external = static_cast<int32_t>(w[5]);
-    buf.initialized = w[6] != 0;
-    buf.loc = static_cast<int32_t>(w[7]);
-  }
-  std::vector<Instruction> instructions(static_cast<size_t>(num_instructions));
-  auto readAccess = [](const int64_t* w, Access& a) {
-    a.buffer = static_cast<int32_t>(w[0]);
-    a.ndim = static_cast<int32_t>(w[1]);
-    a.offset = w[2];
-    for (int d = 0; d < kMaxDims; ++d) {
-      a.size[d] = w[3 + d];
-      a.stride[d] = w[3 + kMaxDims + d];
-    }
-  };
-  for (int64_t i = 0; i < num_instructions; ++i) {
-    const int64_t* w = iw + i * kInstructionWords;
-    Instruction& in = instructions[i];
-    in.op = static_cast<Op>(w[0]);
-    in.engine = static_cast<Engine>(w[1]);
-    in.alu0 = static_cast<Alu>(w[2]);
-    in.alu1 = static_cast<Alu>(w[3]);
-    in.act = static_cast<Act>(w[4]);
-    in.flags = static_cast<uint32_t>(w[5]);
-    in.loc = static_cast<int32_t>(w[6]);
-    in.keep = static_cast<int32_t>(w[7]);
-    readAccess(w + kInstructionHeaderWords, in.dst);
-    for (int s = 0; s < 3; ++s)
-      readAccess(w + kInstructionHeaderWords + (s + 1) * kAccessWords,
-                 in.src[s]);
-    for (int k = 0; k < 4; ++k) in.imm[k] = imm[i * 4 + k];
-  }
-  return Program(std::move(buffers), std::move(instructions), externals);
 }
 
 }  // namespace nki

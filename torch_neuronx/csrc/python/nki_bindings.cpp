@@ -2,10 +2,14 @@
 // records, builds a _NkiProgram from them (checked, planned and timed by the
 // runtime's simulator), and runs it on host memory (NumPy arrays, CPU
 // tensors) or launches it as ONE work item on a neuron stream.
+// _nki_layout() hands the front end the records' layout and codes
+// (records.h, program.h, dtype.h), which it takes rather than restates.
 #include <ATen/Parallel.h>
 #include <neuron_runtime/nki/cost_model.h>
+#include <neuron_runtime/nki/dtype.h>
 #include <neuron_runtime/nki/parallel.h>
 #include <neuron_runtime/nki/program.h>
+#include <neuron_runtime/nki/records.h>
 #include <pybind11/numpy.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -65,9 +69,105 @@ py::dict profileDict(const nki::Profile& p) {
   return d;
 }
 
+// {name: code} of the codes 0..n-1.
+template <typename Enum>
+py::dict codeNames(int n, const char* (*name)(Enum)) {
+  py::dict d;
+  for (int k = 0; k < n; ++k) d[name(static_cast<Enum>(k))] = k;
+  return d;
+}
+
+py::dict layoutDict() {
+  py::dict d;
+  d["max_dims"] = nki::kMaxDims;
+  d["partitions"] = nki::kPartitions;
+  d["sbuf_bytes_per_partition"] = nki::kSbufBytesPerPartition;
+  d["psum_banks"] = nki::kPsumBanks;
+  d["psum_bank_bytes"] = nki::kPsumBankBytes;
+  d["spaces"] = codeNames(nki::kSpaces, nki::spaceName);
+  d["engines"] = codeNames(nki::kEngines, nki::engineName);
+  d["ops"] = codeNames(nki::kOps, nki::opRecordName);
+  d["alu"] = codeNames(static_cast<int>(nki::Alu::kCount), nki::aluName);
+  d["act"] = codeNames(static_cast<int>(nki::Act::kCount), nki::actName);
+  py::dict flags;
+  for (const nki::FlagName& f : nki::kFlagNameTable) flags[f.name] = f.flag;
+  d["flags"] = flags;
+  py::list dtypes;  // in code order
+  for (int k = 0; k < static_cast<int>(nki::DType::kCount); ++k) {
+    const auto t = static_cast<nki::DType>(k);
+    py::dict e;
+    e["name"] = nki::dtypeName(t);
+    e["code"] = k;
+    e["itemsize"] = nki::elementSize(t);
+    e["is_float"] = nki::isFloat(t);
+    e["is_signed"] = nki::isSigned(t);
+    dtypes.append(e);
+  }
+  d["dtypes"] = dtypes;
+  py::list buffer_fields, instruction_fields, accesses, access_fields;
+  for (const char* f : nki::kBufferFieldNames) buffer_fields.append(f);
+  for (const char* f : nki::kInstructionFieldNames)
+    instruction_fields.append(f);
+  for (const char* a : nki::kInstructionAccessNames) accesses.append(a);
+  for (const nki::AccessField& f : nki::kAccessFieldLayout)
+    access_fields.append(py::make_tuple(f.name, f.words));
+  d["buffer_fields"] = buffer_fields;
+  d["instruction_fields"] = instruction_fields;
+  d["instruction_accesses"] = accesses;
+  d["access_fields"] = access_fields;  // (name, words) in order
+  d["immediates"] = nki::kImmediates;
+  return d;
+}
+
+// What buildProgram read, by field name: the front end's tests compare it
+// with what the front end meant to write.
+py::dict accessDict(const int64_t* w) {
+  py::dict d;
+  for (const nki::AccessField& f : nki::kAccessFieldLayout) {
+    if (f.words == 1) {
+      d[f.name] = w[f.first_word];
+    } else {
+      py::list v;
+      for (int k = 0; k < f.words; ++k) v.append(w[f.first_word + k]);
+      d[f.name] = v;
+    }
+  }
+  return d;
+}
+
+py::dict recordsDict(const nki::Program& p) {
+  py::list buffers, instructions;
+  int64_t bw[nki::kBufferWords];
+  for (const nki::Buffer& b : p.buffers()) {
+    nki::encodeBuffer(b, bw);
+    py::dict d;
+    for (int k = 0; k < nki::kBufferWords; ++k)
+      d[nki::kBufferFieldNames[k]] = bw[k];
+    buffers.append(d);
+  }
+  int64_t iw[nki::kInstructionWords];
+  double imm[nki::kImmediates];
+  for (const nki::Instruction& in : p.instructions()) {
+    nki::encodeInstruction(in, iw, imm);
+    py::dict d;
+    for (int k = 0; k < nki::kInstructionHeaderWords; ++k)
+      d[nki::kInstructionFieldNames[k]] = iw[k];
+    for (int k = 0; k < nki::kInstructionAccesses; ++k)
+      d[nki::kInstructionAccessNames[k]] =
+          accessDict(iw + nki::kInstructionHeaderWords + k * nki::kAccessWords);
+    d["imm"] = py::make_tuple(imm[0], imm[1], imm[2], imm[3]);
+    instructions.append(d);
+  }
+  py::dict d;
+  d["buffers"] = buffers;
+  d["instructions"] = instructions;
+  return d;
+}
+
 }  // namespace
 
 void bindNki(py::module_& m) {
+  m.def("_nki_layout", &layoutDict);
   // The simulator's large instructions run on ATen's pool, as ops do.
   nki::setParallelFor([](int64_t begin, int64_t end, int64_t grain,
                          const std::function<void(int64_t, int64_t)>& body) {
@@ -93,7 +193,7 @@ void bindNki(py::module_& m) {
                 const int64_t ni = words.size() / nki::kInstructionWords;
                 TORCH_CHECK(buffers.size() == nb * nki::kBufferWords &&
                                 words.size() == ni * nki::kInstructionWords &&
-                                imms.size() == ni * 4,
+                                imms.size() == ni * nki::kImmediates,
                             "NKI: malformed program records");
                 try {
                   return std::make_shared<nki::Program>(
@@ -107,6 +207,8 @@ void bindNki(py::module_& m) {
           py::arg("externals"))
       .def_property_readonly("externals", &nki::Program::externals)
       .def_property_readonly("scratch_bytes", &nki::Program::scratchBytes)
+      // The buffers and instructions as buildProgram read them, by field.
+      .def("records", &recordsDict)
       .def_property_readonly(
           "num_instructions",
           [](const nki::Program& p) {

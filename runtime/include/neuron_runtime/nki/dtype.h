@@ -27,6 +27,7 @@ enum class DType : uint8_t {
 int elementSize(DType t);
 const char* dtypeName(DType t);
 bool isFloat(DType t);
+bool isSigned(DType t);  // floats and the intN types
 
 float bf16ToFloat(uint16_t v);
 uint16_t floatToBf16(float f);

@@ -3,13 +3,13 @@
 //
 // The Python front end runs a kernel once per (shapes, dtypes, grid,
 // constants) with every loop unrolled and every index concrete, and hands
-// the result over as flat records: buffers (kernel arguments in HBM, tiles
-// in SBUF/PSUM, HBM scratch) and instructions over affine access patterns of
-// those buffers. Building a Program checks it (the checks that need the whole
-// program: uninitialised reads, on-chip capacity of the live tiles), plans
-// the memory of its internal buffers (liveness-based reuse, as the compiler
-// allocates SBUF) and estimates its time on the engines (cost_model.h).
-// run() executes it over given HBM addresses (interpreter.h).
+// the result over as flat records (records.h): buffers (kernel arguments in
+// HBM, tiles in SBUF/PSUM, HBM scratch) and instructions over affine access
+// patterns of those buffers. Building a Program checks it (the checks that need
+// the whole program: uninitialised reads, on-chip capacity of the live tiles),
+// plans the memory of its internal buffers (liveness-based reuse, as the
+// compiler allocates SBUF) and estimates its time on the engines
+// (cost_model.h). run() executes it over given HBM addresses (interpreter.h).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,7 @@ constexpr int64_t kPsumBytesPerPartition = kPsumBanks * kPsumBankBytes;
 constexpr int kMaxDims = 5;
 
 enum class Space : uint8_t { kHbm = 0, kSbuf = 1, kPsum = 2 };
+constexpr int kSpaces = 3;
 
 struct Buffer {
   Space space = Space::kHbm;
@@ -90,6 +91,7 @@ enum class Op : uint8_t {
   kScan = 12,         // dst[:, j] = alu1(alu0(dst[:, j-1], src0), src1)
   kTranspose = 13,    // dst[F,P] = src0[P,F] (Tensor engine; dst in PSUM)
 };
+constexpr int kOps = static_cast<int>(Op::kTranspose) + 1;
 
 enum class Alu : uint8_t {
   kBypass = 0,
@@ -232,17 +234,6 @@ class Program {
 
   friend class Interpreter;
 };
-
-// Builds a Program from the front end's flat records (see program.cpp for
-// the layout): int64 words per buffer and per instruction, and four doubles
-// of immediates per instruction.
-Program buildProgram(const int64_t* buffer_words, int64_t num_buffers,
-                     const int64_t* instruction_words, const double* immediates,
-                     int64_t num_instructions, int32_t externals);
-constexpr int kBufferWords = 8;
-constexpr int kAccessWords = 3 + 2 * kMaxDims;
-constexpr int kInstructionHeaderWords = 8;
-constexpr int kInstructionWords = kInstructionHeaderWords + 4 * kAccessWords;
 
 }  // namespace nki
 }  // namespace neuron_rt

@@ -1,0 +1,50 @@
+#include "neuron_runtime/nki/operands.h"
+
+namespace neuron_rt {
+namespace nki {
+
+OperandRoles operandRoles(const Instruction& in) {
+  OperandRoles r;
+  switch (in.op) {
+    case Op::kCopy:
+    case Op::kReduce:
+    case Op::kBnStats:
+    case Op::kBnAggr:
+    case Op::kTranspose:
+      r.reads[0] = true;
+      break;
+    case Op::kTensorTensor:
+    case Op::kScan:
+      r.reads[0] = r.reads[1] = true;
+      break;
+    case Op::kMatmul:
+      r.reads[0] = r.reads[1] = true;
+      r.accumulates = (in.flags & kFlagAccumulate) != 0;
+      break;
+    case Op::kTensorScalar:
+    case Op::kActivation:
+      r.reads[0] = true;
+      r.reads[1] = !(in.flags & kFlagOperand0Imm);
+      // An activation always adds its bias; a tensor_scalar whose second
+      // operation is bypass never looks at the second scalar.
+      r.reads[2] = !(in.flags & kFlagOperand1Imm) &&
+                   (in.op == Op::kActivation || in.alu1 != Alu::kBypass);
+      break;
+    case Op::kSelect:
+      r.reads[0] = r.reads[1] = r.reads[2] = true;
+      break;
+    case Op::kIota:
+      r.affine[0] = true;
+      break;
+    case Op::kAffineSelect:
+      r.reads[0] = true;
+      r.affine[2] = true;
+      break;
+    case Op::kMemset:
+      break;
+  }
+  return r;
+}
+
+}  // namespace nki
+}  // namespace neuron_rt
