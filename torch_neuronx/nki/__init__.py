@@ -4,8 +4,9 @@ timed by its cost model.
 
 Users import it under NKI's own names (``import nki``, ``import
 nki.language as nl``, ``import nki.isa as nisa``, and the older
-``neuronxcc.nki`` spellings); see aliases.py. This package is what those
-names load.
+``neuronxcc.nki`` spellings); the import finder that maps those names is
+``_torch_neuronx_nki.py`` at the top of the source tree (installed by
+``torch_neuronx_nki.pth``). This package is what those names load.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """Element types of NKI tiles: ``nl.float32``, ``nl.bfloat16``, ... and how
-torch and NumPy types map to them (and to the simulator's codes)."""
+torch and NumPy types map to them. Their codes, sizes and kinds are the
+simulator's (runtime/include/neuron_runtime/nki/dtype.h, through layout.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from . import layout
 
 
 class DType:
@@ -39,36 +42,25 @@ class DType:
         return self.itemsize * 8
 
 
-float32 = DType("float32", 0, 4, True, True)
-bfloat16 = DType("bfloat16", 1, 2, True, True)
-float16 = DType("float16", 2, 2, True, True)
-float8_e4m3 = DType("float8_e4m3", 3, 1, True, True)
-float8_e5m2 = DType("float8_e5m2", 4, 1, True, True)
-int32 = DType("int32", 5, 4, False, True)
-uint32 = DType("uint32", 6, 4, False, False)
-int16 = DType("int16", 7, 2, False, True)
-uint16 = DType("uint16", 8, 2, False, False)
-int8 = DType("int8", 9, 1, False, True)
-uint8 = DType("uint8", 10, 1, False, False)
-bool_ = DType("bool", 11, 1, False, False)
+# Every element type the simulator has, in code order.
+ALL = tuple(DType(**t) for t in layout.DTYPES)
+_BY_NAME = {d.name: d for d in ALL}
+
+float32 = _BY_NAME["float32"]
+bfloat16 = _BY_NAME["bfloat16"]
+float16 = _BY_NAME["float16"]
+float8_e4m3 = _BY_NAME["float8_e4m3"]
+float8_e5m2 = _BY_NAME["float8_e5m2"]
+int32 = _BY_NAME["int32"]
+uint32 = _BY_NAME["uint32"]
+int16 = _BY_NAME["int16"]
+uint16 = _BY_NAME["uint16"]
+int8 = _BY_NAME["int8"]
+uint8 = _BY_NAME["uint8"]
+bool_ = _BY_NAME["bool"]
 # The Tensor engine's fp32 mode with a 10-bit mantissa: stored as fp32.
 tfloat32 = float32
 
-ALL = (
-    float32,
-    bfloat16,
-    float16,
-    float8_e4m3,
-    float8_e5m2,
-    int32,
-    uint32,
-    int16,
-    uint16,
-    int8,
-    uint8,
-    bool_,
-)
-_BY_NAME = {d.name: d for d in ALL}
 _BY_NAME.update(
     {
         "float": float32,

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from . import dtypes as _dt
+from . import layout as _layout
 from . import tracer as _tr
 from .dtypes import (  # noqa: F401
     bfloat16,
@@ -372,67 +373,11 @@ def _result_dtype(dtype, *operands):
     return d
 
 
-# ALU operations and activation functions: the simulator's codes. numpy
-# ufuncs are accepted wherever NKI takes an op (the samples pass np.add).
-ALU = {
-    "bypass": 0,
-    "add": 1,
-    "subtract": 2,
-    "multiply": 3,
-    "divide": 4,
-    "maximum": 5,
-    "minimum": 6,
-    "power": 7,
-    "fmod": 8,
-    "equal": 9,
-    "not_equal": 10,
-    "greater": 11,
-    "greater_equal": 12,
-    "less": 13,
-    "less_equal": 14,
-    "logical_and": 15,
-    "logical_or": 16,
-    "logical_xor": 17,
-    "bitwise_and": 18,
-    "bitwise_or": 19,
-    "bitwise_xor": 20,
-    "left_shift": 21,
-    "right_shift": 22,
-    "abs_max": 23,
-}
-ACT = {
-    "copy": 0,
-    "exp": 1,
-    "log": 2,
-    "tanh": 3,
-    "sigmoid": 4,
-    "relu": 5,
-    "gelu": 6,
-    "gelu_apprx_tanh": 7,
-    "silu": 8,
-    "sqrt": 9,
-    "rsqrt": 10,
-    "reciprocal": 11,
-    "square": 12,
-    "abs": 13,
-    "negative": 14,
-    "sign": 15,
-    "sin": 16,
-    "cos": 17,
-    "erf": 18,
-    "softplus": 19,
-    "mish": 20,
-    "arctan": 21,
-    "ceil": 22,
-    "floor": 23,
-    "round": 24,
-    "trunc": 25,
-    "exp2": 26,
-    "log2": 27,
-    "tan": 28,
-    "gelu_dx": 29,
-    "silu_dx": 30,
-}
+# ALU operations and activation functions: the simulator's codes, by NKI's
+# names (layout.py reads them from the C++ runtime). numpy ufuncs are
+# accepted wherever NKI takes an op (the samples pass np.add).
+ALU = _layout.ALU
+ACT = _layout.ACT
 _SCALAR_ENGINE_ACTS = {
     "exp",
     "log",

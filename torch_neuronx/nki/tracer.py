@@ -20,38 +20,28 @@ import sys
 import threading
 
 from . import dtypes as dt
+from . import layout
 from .errors import NKIError
 from .indexing import DynSlice, Expr, Pred, broadcast_shapes
 
-HBM, SBUF, PSUM = 0, 1, 2
-SPACE_NAMES = {HBM: "hbm", SBUF: "sbuf", PSUM: "psum"}
-MAX_DIMS = 5
-PMAX = 128
-SBUF_BYTES_PER_PARTITION = 192 * 1024
-PSUM_BANK_BYTES = 2 * 1024
-
-# Instruction opcodes, engines, ALU ops and activation functions: the values
-# of runtime/include/neuron_runtime/nki/program.h.
-OP = {
-    "copy": 0,
-    "tensor_tensor": 1,
-    "tensor_scalar": 2,
-    "activation": 3,
-    "reduce": 4,
-    "matmul": 5,
-    "iota": 6,
-    "memset": 7,
-    "select": 8,
-    "affine_select": 9,
-    "bn_stats": 10,
-    "bn_aggr": 11,
-    "scan": 12,
-    "transpose": 13,
-}
-ENGINE = {"dma": 0, "tensor": 1, "vector": 2, "scalar": 3, "gpsimd": 4}
+# Memory spaces, NeuronCore limits, opcodes, engines and flag bits: the
+# simulator's own (layout.py reads them from the C++ runtime).
+HBM, SBUF, PSUM = (layout.SPACES[name] for name in ("hbm", "sbuf", "psum"))
+SPACE_NAMES = {code: name for name, code in layout.SPACES.items()}
+MAX_DIMS = layout.MAX_DIMS
+PMAX = layout.PARTITIONS
+SBUF_BYTES_PER_PARTITION = layout.SBUF_BYTES_PER_PARTITION
+PSUM_BANK_BYTES = layout.PSUM_BANK_BYTES
+PSUM_BYTES_PER_PARTITION = layout.PSUM_BANKS * layout.PSUM_BANK_BYTES
+OP = layout.OPS
+ENGINE = layout.ENGINES
 ENGINE_NAMES = {v: k for k, v in ENGINE.items()}
-FLAG_ACCUMULATE, FLAG_REVERSE0, FLAG_REVERSE1 = 1, 2, 4
-FLAG_OPERAND0_IMM, FLAG_OPERAND1_IMM, FLAG_NEGATE = 8, 16, 32
+FLAG_ACCUMULATE = layout.FLAGS["accumulate"]
+FLAG_REVERSE0 = layout.FLAGS["reverse0"]
+FLAG_REVERSE1 = layout.FLAGS["reverse1"]
+FLAG_OPERAND0_IMM = layout.FLAGS["operand0_imm"]
+FLAG_OPERAND1_IMM = layout.FLAGS["operand1_imm"]
+FLAG_NEGATE = layout.FLAGS["negate"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 # The kernel library is kernel code: its lines are the ones to report.
@@ -197,7 +187,7 @@ class Trace:
                     loc,
                 )
             per_partition = math.prod(shape[1:]) * dtype.itemsize
-            limit = SBUF_BYTES_PER_PARTITION if space == SBUF else 8 * PSUM_BANK_BYTES
+            limit = SBUF_BYTES_PER_PARTITION if space == SBUF else PSUM_BYTES_PER_PARTITION
             if per_partition > limit:
                 raise error(
                     f"tile {list(shape)} {dtype.name} needs {per_partition} bytes per partition; "
@@ -256,8 +246,8 @@ class Trace:
             if isinstance(s, View):
                 s.buf.consumed = True
         self.words += words
-        imm = list(imm) + [0.0] * (4 - len(imm))
-        self.imms += [float(x) for x in imm[:4]]
+        imm = list(imm) + [0.0] * (layout.IMMEDIATES - len(imm))
+        self.imms += [float(x) for x in imm[: layout.IMMEDIATES]]
         self.instr_locs.append(self.loc_id(loc))
         idx = self.ninstr
         self.ninstr += 1
@@ -274,8 +264,13 @@ class Trace:
             dst.buf.consumed = False
         return idx
 
-    HEADER = 8
-    ACCESS = 3 + 2 * MAX_DIMS
+    # An instruction record: HEADER words (emit() writes them in
+    # layout.INSTRUCTION_FIELDS order), then dst and the three sources,
+    # ACCESS words each.
+    HEADER = len(layout.INSTRUCTION_FIELDS)
+    ACCESS = layout.ACCESS_WORDS
+    _OP_WORD = layout.INSTRUCTION_FIELDS.index("op")
+    _FLAGS_WORD = layout.INSTRUCTION_FIELDS.index("flags")
 
     def flush_zero(self, buf: Buf) -> None:
         """Emits the deferred zeroing of a PSUM tile (something else reads
@@ -295,8 +290,8 @@ class Trace:
             return False
         if value.shape != target.shape or not value.covers_buffer():
             return False
-        base = idx * (self.HEADER + 4 * self.ACCESS)
-        op = self.words[base]
+        base = idx * layout.INSTRUCTION_WORDS
+        op = self.words[base + self._OP_WORD]
         if not accumulate and target.dtype != value.dtype and op not in (OP["copy"],):
             return False
         if accumulate and op != OP["matmul"]:
@@ -328,7 +323,7 @@ class Trace:
             accumulate = False
         self.words[base + self.HEADER : base + self.HEADER + self.ACCESS] = tw
         if accumulate:
-            self.words[base + 5] |= FLAG_ACCUMULATE
+            self.words[base + self._FLAGS_WORD] |= FLAG_ACCUMULATE
         target.buf.producer = idx if target.covers_buffer() else -1
         target.buf.consumed = False
         value.alias(target)
@@ -336,7 +331,8 @@ class Trace:
 
 
 def access_words(v, loc) -> list[int]:
-    """The 13 words of an access pattern (buffer, ndim, offset, sizes, strides)."""
+    """The words of an access pattern (layout.ACCESS_FIELDS: buffer, ndim,
+    offset, sizes, strides)."""
     if v is None:
         return [-1, 0, 0] + [0] * (2 * MAX_DIMS)
     if isinstance(v, Expr):
