@@ -5,21 +5,30 @@ Every loop of a traced kernel is unrolled, so an index is affine in the
 positions of the tile it selects: ``base + sum(coef[a] * i[a])`` over the
 axes ``a`` of its (broadcast) shape. Comparisons of indices give predicates
 (``expr >= 0`` terms) used as masks.
+
+Each axis is also marked by whether the expression is built from the index
+variable of that axis (``nl.arange`` / an ``nl.mgrid`` component), whatever
+its extent: ``iw`` of ``ix, iw, iy = nl.mgrid[0:128, 0:1, 0:n]`` is built from
+axis 1 although that axis has one position. An access whose indices leave
+some axes of their grid unused drops those axes (see ``access_axes``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 
 class Expr:
     """An affine index expression over the axes of ``shape``."""
 
-    __slots__ = ("shape", "base", "coef")
+    __slots__ = ("shape", "base", "coef", "axes")
 
-    def __init__(self, shape: tuple, base: int, coef: tuple):
+    def __init__(self, shape: tuple, base: int, coef: tuple, axes: tuple | None = None):
         self.shape = tuple(int(s) for s in shape)
         self.base = int(base)
+        # Which axes the expression is built from; by default those it steps along.
+        self.axes = tuple(bool(c) for c in coef) if axes is None else tuple(bool(a) for a in axes)
         self.coef = tuple(int(c) if s != 1 else 0 for c, s in zip(coef, self.shape, strict=False))
 
     @property
@@ -27,7 +36,19 @@ class Expr:
         return len(self.shape)
 
     def __repr__(self) -> str:
-        return f"Expr(shape={self.shape}, base={self.base}, coef={self.coef})"
+        return f"Expr(shape={self.shape}, base={self.base}, coef={self.coef}, axes={self.axes})"
+
+    def _same_axes(self, base: int, coef: tuple) -> Expr:
+        return Expr(self.shape, base, coef, self.axes)
+
+    def take_axes(self, keep: tuple) -> Expr:
+        """The expression over only the axes ``keep`` (it must not step along the others)."""
+        return Expr(
+            tuple(self.shape[a] for a in keep),
+            self.base,
+            tuple(self.coef[a] for a in keep),
+            tuple(self.axes[a] for a in keep),
+        )
 
     # Range over the whole shape.
     def bounds(self, shape: tuple | None = None, lo: tuple | None = None) -> tuple[int, int]:
@@ -54,18 +75,27 @@ class Expr:
         for s, t in zip(self.shape, shape[pad:], strict=False):
             if s != 1 and s != t:
                 raise IndexError(f"index shapes {self.shape} and {shape} do not broadcast")
-        return Expr(shape, self.base, (0,) * pad + self.coef)
+        return Expr(shape, self.base, (0,) * pad + self.coef, (False,) * pad + self.axes)
 
     def __getitem__(self, key) -> Expr:
         if not isinstance(key, tuple):
             key = (key,)
-        shape, coef = [], []
+        shape, coef, axes = [], [], []
         axis = 0
         base = self.base
+
+        def keep_axis():
+            nonlocal axis
+            shape.append(self.shape[axis])
+            coef.append(self.coef[axis])
+            axes.append(self.axes[axis])
+            axis += 1
+
         for k in key:
             if k is None:
                 shape.append(1)
                 coef.append(0)
+                axes.append(False)
             elif isinstance(k, slice):
                 n = self.shape[axis]
                 start, stop, step = k.indices(n)
@@ -73,6 +103,7 @@ class Expr:
                 base += self.coef[axis] * start
                 shape.append(length)
                 coef.append(self.coef[axis] * step)
+                axes.append(self.axes[axis])
                 axis += 1
             elif isinstance(k, int):
                 base += self.coef[axis] * (k % self.shape[axis])
@@ -80,16 +111,12 @@ class Expr:
             elif k is Ellipsis:
                 rest = sum(1 for x in key if x is not None and x is not Ellipsis)
                 for _ in range(self.ndim - rest):
-                    shape.append(self.shape[axis])
-                    coef.append(self.coef[axis])
-                    axis += 1
+                    keep_axis()
             else:
                 raise IndexError(f"cannot index an index expression with {k!r}")
         while axis < self.ndim:
-            shape.append(self.shape[axis])
-            coef.append(self.coef[axis])
-            axis += 1
-        return Expr(tuple(shape), base, tuple(coef))
+            keep_axis()
+        return Expr(tuple(shape), base, tuple(coef), tuple(axes))
 
     def _combine(self, other, sign: int) -> Expr:
         if isinstance(other, Expr):
@@ -99,9 +126,10 @@ class Expr:
                 shape,
                 a.base + sign * b.base,
                 tuple(x + sign * y for x, y in zip(a.coef, b.coef, strict=False)),
+                tuple(x or y for x, y in zip(a.axes, b.axes, strict=False)),
             )
         if _is_int(other):
-            return Expr(self.shape, self.base + sign * int(other), self.coef)
+            return self._same_axes(self.base + sign * int(other), self.coef)
         return NotImplemented
 
     def __add__(self, other):
@@ -117,7 +145,7 @@ class Expr:
         return NotImplemented if r is NotImplemented else -r
 
     def __neg__(self) -> Expr:
-        return Expr(self.shape, -self.base, tuple(-c for c in self.coef))
+        return self._same_axes(-self.base, tuple(-c for c in self.coef))
 
     def __pos__(self) -> Expr:
         return self
@@ -125,7 +153,7 @@ class Expr:
     def __mul__(self, other):
         if _is_int(other):
             k = int(other)
-            return Expr(self.shape, self.base * k, tuple(c * k for c in self.coef))
+            return self._same_axes(self.base * k, tuple(c * k for c in self.coef))
         if isinstance(other, Expr):
             if not any(other.coef):
                 return self * other.base
@@ -143,7 +171,7 @@ class Expr:
             and (self.base % int(other) == 0)
         ):
             k = int(other)
-            return Expr(self.shape, self.base // k, tuple(c // k for c in self.coef))
+            return self._same_axes(self.base // k, tuple(c // k for c in self.coef))
         raise IndexError("index expressions must stay affine: // only by a divisor of every term")
 
     # Comparisons give predicates.
@@ -233,7 +261,7 @@ def arange(start, stop=None, step: int = 1) -> Expr:
         start, stop = 0, start
     start, stop, step = int(start), int(stop), int(step)
     n = max(0, -(-(stop - start) // step))
-    return Expr((n,), start, (step,))
+    return Expr((n,), start, (step,), (True,))
 
 
 class _MGridResult(tuple):
@@ -272,7 +300,7 @@ class _MGrid:
         for a, r in enumerate(ranges):
             coef = [0] * n
             coef[a] = r.coef[0]
-            out.append(Expr(shape, r.base, tuple(coef)))
+            out.append(Expr(shape, r.base, tuple(coef), tuple(b == a for b in range(n))))
         return _MGridResult(out)
 
 
@@ -300,3 +328,52 @@ def _broadcast_shapes(a: tuple, b: tuple) -> tuple:
 
 
 broadcast_shapes = _broadcast_shapes
+
+
+def access_axes(indices: list, positions: int) -> tuple:
+    """The axes of the index grid an access ``t[i0, i1, ...]`` iterates over,
+    in the order of the tile it gives (``indices`` broadcast to one grid).
+
+    When the grid has no more axes than the access has index positions, the
+    tile is the grid (NumPy's broadcasting). When it has more, as with
+    ``ix, iw, iy = nl.mgrid[0:128, 0:1, 0:n]`` and ``a[ix, iy]``, the tile
+    iterates over the axes the indices are built from, taken position by
+    position: ``a[ix, iy]`` is a ``[128, n]`` tile and ``g[iw, iy]`` a
+    ``[1, n]`` one, as with ``ix = nl.arange(128)[:, None]``,
+    ``iw = nl.arange(1)[:, None]`` and ``iy = nl.arange(n)[None, :]``; with
+    ``ip, jf, iq = nl.mgrid[0:128, 0:n, 0:1]``, ``g[iq, jf]`` is ``[1, n]``.
+    A tile keeps a partition and a free axis: when the indices are built from
+    fewer than two axes the whole grid stays (``x[iy]`` of a vector with
+    ``nl.mgrid[0:1, 0:n]`` is ``[1, n]``).
+    """
+    ndim = max((e.ndim for e in indices), default=0)
+    if ndim <= positions:
+        return tuple(range(ndim))
+    keep: list = []
+    for e in indices:
+        for a, used in enumerate(e.axes, start=ndim - e.ndim):
+            if used and a not in keep:
+                keep.append(a)
+    return tuple(keep) if len(keep) >= 2 else tuple(range(ndim))
+
+
+def fit_to(term: Expr, shape: tuple) -> Expr:
+    """A mask term over the tile ``shape``. A term over more axes than the tile
+    (a mask built from a grid with axes the access dropped, see ``access_axes``)
+    first loses axes it is not built from, one-position axes first; the
+    choice does not change its values, only how its axes line up with the
+    tile's."""
+    shape = tuple(shape)
+    extra = term.ndim - len(shape)
+    if extra > 0:
+        free = [a for a in range(term.ndim) if not term.axes[a] and not term.coef[a]]
+        free.sort(key=lambda a: (term.shape[a] != 1, a))
+        for drop in combinations(free, extra):
+            keep = tuple(a for a in range(term.ndim) if a not in drop)
+            candidate = term.take_axes(keep)
+            try:
+                return candidate.broadcast_to(shape)
+            except IndexError:
+                continue
+        raise IndexError(f"a mask of shape {term.shape} does not fit the tile {shape}")
+    return term.broadcast_to(shape)

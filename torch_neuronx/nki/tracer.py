@@ -22,7 +22,7 @@ import threading
 from . import dtypes as dt
 from . import layout
 from .errors import NKIError
-from .indexing import DynSlice, Expr, Pred, broadcast_shapes
+from .indexing import DynSlice, Expr, Pred, access_axes, broadcast_shapes, fit_to
 
 # Memory spaces, NeuronCore limits, opcodes, engines and flag bits: the
 # simulator's own (layout.py reads them from the C++ runtime).
@@ -775,6 +775,9 @@ def index_view(v: View, key, loc) -> View:
         except IndexError as e:
             raise error(str(e), "index", loc) from None
         comps = [e.broadcast_to(rshape) for e in placed]
+        keep = access_axes(comps, nk)
+        if keep != tuple(range(len(rshape))):
+            comps = [e.take_axes(keep) for e in comps]
     # Dims of v not indexed stay, after the result's.
     rest_shape = v.shape[nk:]
     rest_strides = v.strides[nk:]
@@ -848,7 +851,7 @@ def mask_box(mask, shape, loc):
         )
     for t in mask.terms:
         try:
-            e = t.broadcast_to(shape)
+            e = fit_to(t, shape)
         except IndexError:
             raise error(
                 f"mask of shape {list(t.shape)} does not match the tile {list(shape)}", "mask", loc
