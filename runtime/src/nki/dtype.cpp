@@ -231,16 +231,7 @@ void storeRow(DType t, void* base, int64_t stride, int64_t n, const float* in) {
     }
     case DType::kBF16: {
       uint16_t* p = static_cast<uint16_t*>(base);
-      for (int64_t k = 0; k < n; ++k) {
-        uint32_t u = bits(in[k]);
-        uint16_t r;
-        if ((u & 0x7fffffff) > 0x7f800000) {
-          r = static_cast<uint16_t>((u >> 16) | 0x40);
-        } else {
-          r = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-        }
-        p[k * stride] = r;
-      }
+      for (int64_t k = 0; k < n; ++k) p[k * stride] = floatToBf16(in[k]);
       return;
     }
     case DType::kF16: {
