@@ -7,8 +7,8 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
 
-#include "aten/first_call_validation.h"
-#include "aten/op_stats.h"
+#include "eager/first_call_validation.h"
+#include "eager/op_stats.h"
 #include "core/caching_allocator.h"
 #include "core/device.h"
 #include "core/generator.h"

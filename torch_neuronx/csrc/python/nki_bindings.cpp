@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "aten/op_stats.h"
+#include "eager/op_stats.h"
 #include "core/stream.h"
 
 namespace py = pybind11;

@@ -1,0 +1,80 @@
+#include "eager/cpu_call.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "core/generator.h"
+#include "eager/ivalue_tensors.h"
+#include "eager/op_args.h"
+
+namespace torch_neuronx {
+namespace {
+
+using c10::IValue;
+
+const at::Tensor& placeholder() {
+  static const at::Tensor p = at::empty({0});
+  return p;
+}
+
+// A CPU generator for this launch, drawn from the neuron generator (or the
+// device's default one), so random ops are reproducible per seed.
+IValue cpuGenerator(const IValue& v, c10::DeviceIndex device) {
+  std::optional<at::Generator> gen;
+  if (v.isGenerator()) gen = v.toGenerator();
+  return IValue(launchGenerator(gen, device));
+}
+
+}  // namespace
+
+IValue CpuCall::record(const IValue& v) {
+  return mapTensors(v, [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || isNeuron(t))
+      plan.add(t);
+    else
+      plan.keep(t.clone());  // a CPU scalar: its value now
+    return t.defined() ? placeholder() : t;
+  });
+}
+
+IValue CpuCall::substitute(const IValue& v, const AliasPlan::Built& built,
+                           size_t& next) {
+  return mapTensors(
+      v, [&](const at::Tensor&) -> at::Tensor { return built[next++]; });
+}
+
+torch::jit::Stack CpuCall::run(const AliasPlan::Built& built,
+                               size_t& next) const {
+  torch::jit::Stack stack;
+  stack.reserve(args.size());
+  for (const IValue& v : args) stack.push_back(substitute(v, built, next));
+  op.callBoxed(stack);
+  return stack;
+}
+
+void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
+                  const c10::FunctionSchema& schema, c10::DeviceIndex device,
+                  bool fresh_out_args, const OpTraits& traits) {
+  call.args.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const IValue& v = args[i];
+    const auto& arg = schema.arguments()[i];
+    const c10::TypePtr& type = arg.type();
+    const c10::TypePtr& inner = type->kind() == c10::TypeKind::OptionalType
+                                    ? type->containedType(0)
+                                    : type;
+    if (inner->kind() == c10::TypeKind::GeneratorType) {
+      call.args.push_back(cpuGenerator(v, device));
+      continue;
+    }
+    if (fresh_out_args && traits.arg_is_out[i] && v.isTensor()) {
+      call.args.push_back(call.record(
+          at::empty({0}, v.toTensor().options().device(c10::kCPU))));
+      continue;
+    }
+    call.args.push_back(mapDevice(call.record(v), c10::Device(c10::kCPU)));
+  }
+}
+
+}  // namespace torch_neuronx

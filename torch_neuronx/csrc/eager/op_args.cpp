@@ -1,0 +1,62 @@
+#include "eager/op_args.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/Exception.h>
+
+#include "core/device.h"
+
+namespace torch_neuronx {
+namespace {
+
+[[noreturn]] void mixedDevices(c10::Device a, c10::Device b) {
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at "
+              "least two devices, ",
+              a, " and ", b, "!");
+}
+
+}  // namespace
+
+void DeviceCheck::tensor(const at::Tensor& t) {
+  if (!t.defined()) return;
+  if (isNeuron(t)) {
+    c10::DeviceIndex idx = t.device().index();
+    if (device_ < 0)
+      device_ = idx;
+    else if (device_ != idx)
+      mixedDevices(neuronDevice(device_), t.device());
+  } else if (!(t.device().is_cpu() && t.dim() == 0)) {
+    other_ = t.device();
+  }
+}
+
+void DeviceCheck::device(const c10::Device& d) {
+  if (d.type() == c10::DeviceType::PrivateUse1 && device_ < 0)
+    device_ = d.has_index() ? d.index() : currentDevice();
+}
+
+c10::DeviceIndex DeviceCheck::finish() {
+  if (device_ < 0) device_ = currentDevice();
+  if (other_) mixedDevices(neuronDevice(device_), *other_);
+  return device_;
+}
+
+at::Tensor MetaMirror::operator()(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  if (!isNeuron(t)) {
+    // A Python number (wrapped number) goes to the Meta kernel as it is:
+    // Meta kernels take those beside meta tensors, and Python meta kernels
+    // require them on the CPU. Other CPU scalars become 0-dim meta tensors,
+    // which every Meta kernel accepts.
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+    return at::empty({}, t.options().device(c10::kMeta));
+  }
+  const c10::Storage& meta = storages_.get(t, [](const at::Tensor& d) {
+    return c10::Storage(c10::Storage::use_byte_size_t(), d.storage().nbytes(),
+                        c10::GetAllocator(c10::kMeta), /*resizable=*/true);
+  });
+  return tensorOver(meta, c10::DispatchKey::Meta, t);
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,102 @@
+#include "eager/synchronous_op.h"
+
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "core/storage.h"
+#include "core/stream.h"
+#include "eager/cpu_alias.h"
+#include "eager/cpu_call.h"
+#include "eager/first_call_validation.h"
+#include "eager/ivalue_tensors.h"
+#include "eager/run_on_device.h"
+
+namespace torch_neuronx {
+
+using c10::IValue;
+
+void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
+                      torch::jit::Stack* stack, std::vector<IValue> args,
+                      c10::DeviceIndex device) {
+  const auto& schema = op.schema();
+  auto call = std::make_shared<CpuCall>(op);
+  buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/true, traits);
+  // The host waits anyway: an error of the kernel is raised here, as the
+  // exception the kernel threw (IndexError, ValueError, ...), not as a device
+  // error at a later sync — and the stream is not poisoned by it. Its
+  // warnings are raised here too.
+  auto result = std::make_shared<ValidationResult>();
+  auto returned = std::make_shared<torch::jit::Stack>();
+  launch(device, traits.name.c_str(), [call, result, returned] {
+    runOnDeviceInto(result, [&] {
+      size_t next = 0;
+      *returned = call->run(call->plan.build(), next);
+    });
+  });
+  synchronizeStream(currentStream(device));
+  raiseAtCall(*result);
+  torch::jit::Stack& results = *returned;
+  const size_t nret = schema.returns().size();
+  TORCH_INTERNAL_ASSERT(results.size() == nret);
+
+  // Device outputs for fresh CPU results, filled by a copy item: the plan
+  // holds (device output, CPU result) pairs.
+  auto copies = std::make_shared<AliasPlan>();
+  size_t num_copies = 0;
+  for (size_t i = 0; i < nret; ++i)
+    forEachTensor(results[i], [&](const at::Tensor& r) {
+      if (r.defined()) checkStridedResult(traits, r.layout());
+    });
+  auto place = [&](const at::Tensor& cpu_result) -> at::Tensor {
+    if (!cpu_result.defined()) return cpu_result;
+    // The CPU kernel's layout is the layout CUDA's kernel gives (the same
+    // BatchLinearAlgebra code: LAPACK results are column-major) and the one
+    // the compiler's fake tensors expect.
+    at::Tensor out =
+        cpu_result.is_non_overlapping_and_dense()
+            ? emptyStrided(cpu_result.sizes(), cpu_result.strides(),
+                           cpu_result.scalar_type(), device)
+            : emptyContiguous(cpu_result.sizes(), cpu_result.scalar_type(),
+                              device);
+    copies->add(out);
+    copies->keep(cpu_result);
+    ++num_copies;
+    return out;
+  };
+  std::vector<IValue> outs;
+  for (size_t i = 0; i < nret; ++i) {
+    IValue r = results[i];
+    int a = traits.alias_arg[i];
+    if (a >= 0 && r.isTensor()) {
+      at::Tensor dst = args[a].toTensor();
+      if (traits.arg_is_out[a]) {
+        // out= argument: it got a fresh CPU tensor; size and fill the real one.
+        at::Tensor cpu = r.toTensor();
+        if (dst.sizes() != cpu.sizes()) {
+          dst.resize_(cpu.sizes());
+          if (cpu.is_non_overlapping_and_dense())  // as above: CPU's layout
+            dst.unsafeGetTensorImpl()->set_sizes_and_strides(
+                cpu.sizes(), cpu.strides(), dst.storage_offset());
+        }
+        copies->add(dst);
+        copies->keep(cpu);
+        ++num_copies;
+      }
+      outs.push_back(dst);
+    } else {
+      outs.push_back(mapTensors(r, place));
+    }
+  }
+  if (num_copies > 0) {
+    launch(device, "copy_results", [copies, num_copies] {
+      c10::InferenceMode guard;
+      AliasPlan::Built t = copies->build();
+      for (size_t i = 0; i < num_copies; ++i) t[2 * i].copy_(t[2 * i + 1]);
+    });
+  }
+  torch::jit::drop(*stack, args.size());
+  for (auto& o : outs) stack->push_back(std::move(o));
+}
+
+}  // namespace torch_neuronx
