@@ -4,18 +4,19 @@
 // Every rank calls the same collectives in the same order (as with NCCL);
 // each call blocks the calling thread until this rank's part is done, which
 // is what a stream work item wants. All data moves through the segment:
-//  - a staging area of two halves per rank. In each step a rank writes only
-//    its own current half, then all ranks meet at a barrier, then they read
-//    each other's halves. Alternating halves means a rank may write the next
-//    half while slower peers still read the previous one, so every step needs
-//    exactly one barrier (see communicator.cpp for the proof sketch).
+//  - two staging buffers per rank (double buffering). In each step a rank
+//    writes only its own next buffer, then all ranks meet at a barrier, which
+//    makes that buffer current, then they read each other's current buffers.
+//    Alternating buffers means a rank may write the next one while slower
+//    peers still read the previous one, so every step needs exactly one
+//    barrier (see communicator_collectives.cpp for the proof sketch).
 //  - one ring-buffer mailbox per ordered pair of ranks for send/recv, so that
 //    send(0->1) and send(1->0) are independent and messages from one sender to
 //    one receiver arrive in order.
 // Large all-reduces are a pipelined reduce-scatter + all-gather through the
-// staging area in chunks of `chunk_bytes` (each rank reduces its 1/N of every
-// chunk straight from the peers' halves); small ones take one copy in, one
-// barrier, and each rank reduces everything. Results are bit-identical on
+// staging buffers in chunks of `chunk_bytes` (each rank reduces its 1/N of
+// every chunk straight from the peers' buffers); small ones take one copy in,
+// one barrier, and each rank reduces everything. Results are bit-identical on
 // every rank because each element is reduced in rank order by the same code.
 //
 // Failures are CollectiveError exceptions (a neuron_rt::Error): bad arguments
@@ -167,17 +168,26 @@ class Communicator {
   // See ShmSegment::cleanupStale().
   static int cleanupStale() { return ShmSegment::cleanupStale(); }
 
-  // The layout of the segment (private; in communicator.cpp).
+  // The layout of the segment (defined in src/collectives/communicator_impl.h).
   struct Header;
   struct RankCtrl;
   struct Mailbox;
   struct OpDesc;
 
  private:
+  // Progress of one send or receive of exchange() (communicator_p2p.cpp).
+  struct Transfer;
+
   Communicator() = default;
 
+  // --- set-up (communicator_setup.cpp), the steps of join() ---
   void join(const CommOptions& options);
-  // --- per-call bookkeeping ---
+  void createSegment(const std::string& shm, const CommOptions& options);
+  void openSegment(const std::string& shm);
+  void mapSegment(const CommOptions& options);
+  void claimRank();
+  void awaitAllJoined();
+  // --- per-call bookkeeping, failures and waits (communicator_waits.cpp) ---
   void beginOp(const char* what);
   [[noreturn]] void fail(FailureKind kind, const std::string& message,
                          std::vector<int> ranks);
@@ -187,21 +197,42 @@ class Communicator {
   // Waits until done(); `missing` lists the ranks being waited for (checked
   // for liveness, named on timeout); `verb` is what they have not done yet
   // ("arrive", "send", ...), for the messages.
+  // (Defined in communicator_impl.h.)
   template <class Done, class Missing>
   void waitUntil(FutexSignal& sig, Done done, Missing missing,
                  const char* verb);
-  // --- steps ---
-  int nextHalf() const { return static_cast<int>((epoch_ + 1) & 1); }
-  int curHalf() const { return static_cast<int>(epoch_ & 1); }
-  char* half(int rank, int h) const;
+  // The ranks of `ranks` that exited or destroyed their communicator.
+  std::vector<int> goneAmong(const std::vector<int>& ranks) const;
+  [[noreturn]] void failPeersGone(const std::vector<int>& gone,
+                                  const char* verb);
+  [[noreturn]] void failTimeout(const std::vector<int>& missing,
+                                const char* verb);
+  // --- steps of the collectives (communicator_collectives.cpp) ---
+  // Which of a rank's two staging buffers this step reads (current) and
+  // which it fills for the next step (next); they swap at every barrier.
+  int nextBuffer() const { return static_cast<int>((epoch_ + 1) & 1); }
+  int currentBuffer() const { return static_cast<int>(epoch_ & 1); }
+  char* stagingBuffer(int rank, int buffer) const;
   void postDesc(const OpDesc& d);
   void stepBarrier();
   void checkDescs(const OpDesc& d);
+  // The double-buffered pipeline that every collective runs: stage(t, b)
+  // writes this rank's part of chunk t into its staging buffer b,
+  // consume(t, b) reads chunk t from the ranks' buffers b.
+  template <class Stage>
+  void firstStep(const OpDesc& d, Stage stage);
+  template <class Stage, class Consume>
+  void pipelinedSteps(size_t steps, Stage stage, Consume consume);
   void reduceImpl(const void* in, void* out, size_t count, DataType dtype,
                   ReduceOp op, int root, double factor, bool all);
+  void reduceSmall(const OpDesc& d, const char* src, char* dst, bool writer,
+                   double factor);
+  void reduceChunked(const OpDesc& d, const char* src, char* dst, bool writer,
+                     double factor);
   void gatherImpl(const void* in, void* out, const std::vector<size_t>& counts,
                   DataType dtype, int root, int kind);
-  // --- p2p ---
+  size_t checkSplitSizes(uint64_t seq);
+  // --- point to point (communicator_p2p.cpp) ---
   Mailbox& mailbox(int src, int dst) const;
   char* ring(int src, int dst) const;
   // Move what fits now (never block); return the bytes moved.
@@ -212,6 +243,12 @@ class Communicator {
   // Block until all n bytes have moved.
   void push(int dst, const char* p, size_t n);
   void pop(int src, char* p, size_t n);
+  // One non-blocking move of an exchange() op; return the bytes moved.
+  size_t advanceSend(const P2POp& op, Transfer& t);
+  size_t advanceRecv(const P2POp& op, Transfer& t, std::string& mismatch,
+                     std::vector<int>& mismatch_ranks);
+  void awaitExchangeProgress(const std::vector<P2POp>& ops,
+                             const std::vector<Transfer>& transfers);
 
   std::string name_;
   int rank_ = 0;
@@ -220,10 +257,10 @@ class Communicator {
   Header* hdr_ = nullptr;
   RankCtrl* ctrl_ = nullptr;  // world_ entries
   Mailbox* boxes_ = nullptr;  // world_ * (world_ - 1) entries
-  char* staging_ = nullptr;   // world_ * 2 halves
+  char* staging_ = nullptr;   // world_ * 2 staging buffers
   char* rings_ = nullptr;     // world_ * (world_ - 1) rings
   size_t chunk_bytes_ = 0;
-  size_t half_bytes_ = 0;
+  size_t staging_buffer_bytes_ = 0;  // 2 * chunk_bytes_
   size_t p2p_bytes_ = 0;
   size_t small_bytes_ = 0;
   std::chrono::nanoseconds timeout_{};
