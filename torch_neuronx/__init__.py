@@ -19,91 +19,84 @@ def _autoload() -> None:
     """
 
 
-import torch  # noqa: E402
-
-torch.utils.rename_privateuse1_backend("neuron")
-
-# _C registers the backend with c10/ATen; it must load after the rename.
-from . import _C, device_module  # noqa: E402
-from .device_module import *  # noqa: E402,F401,F403
-from .device_module import __all__ as _device_api  # noqa: E402
-from .op_stats import (  # noqa: E402
-    _track_from_env,  # noqa: E402
-    clear_op_stats,
-    clear_op_tracking,
-    get_executed_ops,
-    get_fallback_ops,
-)
-
-_track_from_env()
-
-from .compile import use_cache_dir_from_env  # noqa: E402
-
-use_cache_dir_from_env()
-
-torch._register_device_module("neuron", device_module)
-
-# TorchNeuron's spelling: torch_neuronx.neuron is the device module itself. The
-# sys.modules entries make `import torch.neuron.memory` (as `import
-# torch.cuda.memory`) and `import torch_neuronx.neuron` work: the device module
-# is a plain module, not a package, so the import system cannot find them.
-neuron = device_module
-sys.modules[f"{__name__}.neuron"] = device_module
-for _parent in ("torch.neuron", f"{__name__}.neuron"):
-    sys.modules[f"{_parent}.memory"] = device_module.memory
-del _parent
-
-# Sending a neuron tensor to another process raises a clear error (after
-# torch.multiprocessing, imported by torch, registered its own reducers).
-from .multiprocessing import register_reducers  # noqa: E402
-
-register_reducers()
-torch.utils.generate_methods_for_privateuse1_backend(
-    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
-)
-
-# torch.distributed's `neuron` backend.
-from . import distributed  # noqa: E402
-
-distributed.register()
-
-# Shims for libraries that do not know the device yet (safetensors' device names).
-from . import compat  # noqa: E402
-
-compat.install()
+import torch  # noqa: E402  (after _autoload, see above)
 
 
-# NKI: `import nki` / `import neuronxcc.nki` (when no real NKI is installed;
-# torch_neuronx_nki.pth does this at interpreter start too), and the
-# PyTorch entry points of NKI kernels.
-try:
-    import _torch_neuronx_nki  # noqa: E402,F401
-except ImportError:  # not installed as a distribution (a bare source tree)
-    pass
+def _register():
+    """Makes ``neuron`` a PyTorch device. Each step needs the ones before it;
+    returns the device module."""
+    # 1. The name first: _C registers the backend with c10/ATen when it loads.
+    torch.utils.rename_privateuse1_backend("neuron")
+    from . import _C, device_module  # noqa: F401  (_C: loaded by device_module)
+
+    # 2. Op tracking from TORCH_NEURONX_OP_TRACKING, before any op runs.
+    from .op_stats import _track_from_env
+
+    _track_from_env()
+
+    # 3. torch.compile: the program cache directory, and hooks that register
+    # neuron with Dynamo/Inductor when they are first imported.
+    from .compile import registration as compile_registration
+
+    compile_registration.install()
+
+    # 4. torch.neuron, also under TorchNeuron's spellings.
+    torch._register_device_module("neuron", device_module)
+    _alias_device_module(device_module)
+
+    # 5. Tensor/Module methods (.neuron(), .is_neuron); sending a neuron tensor
+    # to another process raises a clear error (after torch.multiprocessing
+    # registered its own reducers).
+    from .multiprocessing import register_reducers
+
+    register_reducers()
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+
+    # 6. torch.distributed's `neuron` backend and its shims.
+    from . import distributed
+
+    distributed.register()
+
+    # 7. Libraries that do not know the device yet: safetensors' device names.
+    from . import safetensors_support
+
+    safetensors_support.install()
+
+    # 8. NKI: `import nki` / `import neuronxcc.nki` when no real NKI is
+    # installed (torch_neuronx_nki.pth does this at interpreter start too),
+    # and scaled_dot_product_attention / rms_norm routed to NKI kernels
+    # (TORCH_NEURONX_DISABLE_NKI_KERNELS=1: off).
+    try:
+        import _torch_neuronx_nki  # noqa: F401
+    except ImportError:  # not installed as a distribution (a bare source tree)
+        pass
+    from .nki import aten_routing
+
+    aten_routing.register()
+
+    # 9. Queued device work finishes before the interpreter exits.
+    atexit.register(_drain_at_exit)
+    return device_module
 
 
-# scaled_dot_product_attention and rms_norm on neuron run as NKI kernels
-# (TORCH_NEURONX_DISABLE_NKI_KERNELS=1: off).
-from .nki import aten_routing  # noqa: E402
-
-aten_routing.register()
-
-
-def __getattr__(name: str):
-    if name in ("nki_op", "wrap_nki"):
-        from .nki import torch_ops
-
-        return getattr(torch_ops, name)
-    if name == "nki_jit":
-        from .nki.kernel import nki_jit
-
-        return nki_jit
-    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
+def _alias_device_module(device_module) -> None:
+    # TorchNeuron's spelling: torch_neuronx.neuron is the device module itself.
+    # The sys.modules entries make `import torch.neuron.memory` (as `import
+    # torch.cuda.memory`) and `import torch_neuronx.neuron` work: the device
+    # module is a plain module, not a package, so the import system cannot
+    # find them.
+    sys.modules[f"{__name__}.neuron"] = device_module
+    for parent in ("torch.neuron", f"{__name__}.neuron"):
+        sys.modules[f"{parent}.memory"] = device_module.memory
 
 
 def _drain_at_exit() -> None:
     # Queued device work must finish before the interpreter and the C++
     # statics it uses are torn down; errors no longer have anyone to go to.
+    from . import _C
+
     if _C._is_initialized() and not _C._is_in_bad_fork():
         from .device import _device_range
 
@@ -114,13 +107,32 @@ def _drain_at_exit() -> None:
                 pass
 
 
-atexit.register(_drain_at_exit)
+neuron = _register()
 
-__all__ = list(_device_api) + [
-    "clear_op_stats",
-    "clear_op_tracking",
-    "get_executed_ops",
-    "get_fallback_ops",
-    "neuron",
-]
+# Every torch.neuron.<name> is also torch_neuronx.<name>; the package's own
+# names besides.
+_OP_TRACKING = ("clear_op_stats", "clear_op_tracking", "get_executed_ops", "get_fallback_ops")
+__all__ = [*neuron.__all__, *_OP_TRACKING, "neuron"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    device_module = globals().get("neuron")  # None while _register() runs
+    if device_module is not None and name in device_module.__all__:
+        value = getattr(device_module, name)
+    elif name in _OP_TRACKING:
+        from . import op_stats
+
+        value = getattr(op_stats, name)
+    elif name in ("nki_op", "wrap_nki"):
+        from .nki import torch_ops
+
+        value = getattr(torch_ops, name)
+    elif name == "nki_jit":
+        from .nki.kernel import nki_jit
+
+        value = nki_jit
+    else:
+        raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value

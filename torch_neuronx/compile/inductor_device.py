@@ -9,7 +9,7 @@ the graph becomes one work item (``program.py``). Both ``backend="inductor"``
 and ``backend="neuron"`` use this.
 
 ``register()`` runs when Inductor's ``compile_fx`` is first imported (an
-import hook in ``compat.py``: before Inductor registers devices on its own,
+import hook set by ``registration.py``: before Inductor registers devices on its own,
 which would drop the cache-version pass), or when Inductor asks the device
 module ``torch.neuron`` for ``Scheduling`` & co. (``device_module.__getattr__``).
 Importing torch_neuronx does not import Inductor.
@@ -154,6 +154,30 @@ class NeuronPythonWrapperCodegen(_NeuronKernelCalls, PythonWrapperCodegen):
 _registered = False
 
 
+def _settings_for_cpp_kernels_on_a_device() -> None:
+    """A compatibility shim of Inductor for C++ kernels on a device other than "cpu".
+
+    torch._inductor (C++ kernels on a device other than "cpu")
+        Inductor generates C++ kernels for neuron (``CppScheduling``, registered with
+        ``register_backend_for_device``), but two of its paths decide by the device *type*
+        instead of asking the device's scheduling: ``utils.get_current_backend()`` maps
+        every device but cpu/mps/xpu/tpu to ``config.cuda_backend`` ("triton"), so
+        ``CppKernel`` takes Triton's dtype branches and asserts; and the scheduler's loop
+        reordering runs its GPU variant for non-CPU nodes
+        (``_try_reindex_pointwise_for_reduction``), which fails on C++ kernel groups. The
+        device's own config (``register_backend_for_device(device_custom_config=...)``) is
+        stored but never read in torch 2.13. When neuron registers with Inductor the shim
+        sets ``cuda_backend = "cpp"`` and turns off ``loop_ordering_after_fusion`` and
+        ``loop_reindexing_after_fusion`` — settings that only GPU devices read, so CPU
+        compiles are unchanged (this CPU build of torch has no GPU devices).
+    """
+    from torch._inductor import config
+
+    config.cuda_backend = "cpp"
+    config.loop_ordering_after_fusion = False
+    config.loop_reindexing_after_fusion = False
+
+
 def _apply_cache_settings() -> None:
     """TORCH_NEURONX_NEFF_DISABLE_CACHE: Inductor's caches (which hold the
     compiled programs) off. (The cache directory: ``compile.use_cache_dir_from_env``.)"""
@@ -171,9 +195,7 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from ..compat import inductor_cpp_codegen_on_neuron
-
-    inductor_cpp_codegen_on_neuron()
+    _settings_for_cpp_kernels_on_a_device()
     _apply_cache_settings()
     register_interface_for_device("neuron", NeuronInterface)
     register_device_op_overrides("neuron", CpuDeviceOpOverrides())

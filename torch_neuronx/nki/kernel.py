@@ -219,6 +219,10 @@ def trace_kernel(
     bound.apply_defaults()
     names = list(bound.arguments)
     mutable = _param_mutability(fn, names)
+    # Tiles' operators (`a + b`, `t[...] = v`) are the language's functions,
+    # which it hands to the tracer when it loads (tracer.use_language).
+    from . import language  # noqa: F401
+
     t = tr.Trace(grid)
     prev = getattr(tr._state, "trace", None)
     tr._state.trace = t

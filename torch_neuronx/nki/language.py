@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins as _py
 import math
+import sys as _sys
 
 import numpy as np
 
@@ -1089,3 +1090,7 @@ atomic_rmw = _unsupported("atomic_rmw")
 gather_flattened = _unsupported("gather_flattened")
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "np")]
+
+
+# View's tile operators are these functions (see tracer.use_language).
+_tr.use_language(_sys.modules[__name__])

@@ -180,7 +180,7 @@ def nki_op(name: str, *, mutates_args=(), device_types=None, schema=None):
 
 
 def _dynamo_support() -> None:
-    # Dynamo skips torch_neuronx's files (compat.py says why). Making a
+    # Dynamo skips torch_neuronx's files (compile/registration.py says why). Making a
     # wrapped kernel, `wrap_nki(kernel)[grid]`, is plain Python Dynamo can
     # trace (dont_skip_tracing), so it may happen inside a compiled function
     # (a grid computed from shapes). The call itself is traced by AOTAutograd

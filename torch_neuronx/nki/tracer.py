@@ -377,6 +377,18 @@ class Check:
         self.loc = loc
 
 
+# The tile operators of View (`a + b`, `t[...] = v`, `psum += x`) are the
+# language's functions. The language is built on this module, not the other
+# way round: language.py hands itself over when it loads (kernel.py loads it
+# before any kernel is traced).
+_language = None
+
+
+def use_language(module) -> None:
+    global _language
+    _language = module
+
+
 class View:
     """A tensor of a kernel: an access pattern over a buffer (an HBM argument
     or result, or an SBUF/PSUM tile). Indexing gives views; arithmetic on
@@ -402,9 +414,7 @@ class View:
 
     @property
     def buffer(self):
-        from .language import _buffer_for_space
-
-        return _buffer_for_space(self.buf.space)
+        return _language._buffer_for_space(self.buf.space)
 
     @property
     def size(self) -> int:
@@ -601,18 +611,14 @@ class View:
         return index_view(self, key, user_location())
 
     def __setitem__(self, key, value) -> None:
-        from .language import _assign
-
         target = index_view(self, key, user_location())
         if value is target:
             return
-        _assign(target, value)
+        _language._assign(target, value)
 
     # Arithmetic (tiles) ----------------------------------------------
     def _bin(self, name, other, reverse=False):
-        from . import language as nl
-
-        fn = getattr(nl, name)
+        fn = getattr(_language, name)
         return fn(other, self) if reverse else fn(self, other)
 
     def __add__(self, o):
@@ -643,14 +649,10 @@ class View:
         return self._bin("power", o)
 
     def __neg__(self):
-        from . import language as nl
-
-        return nl.negative(self)
+        return _language.negative(self)
 
     def __matmul__(self, o):
-        from . import language as nl
-
-        return nl.matmul(self, o)
+        return _language.matmul(self, o)
 
     def __lt__(self, o):
         return self._bin("less", o)
@@ -674,21 +676,15 @@ class View:
         return self._bin("bitwise_xor", o)
 
     def __iadd__(self, o):
-        from .language import _accumulate
-
-        _accumulate(self, o, "add")
+        _language._accumulate(self, o, "add")
         return self
 
     def __isub__(self, o):
-        from .language import _accumulate
-
-        _accumulate(self, o, "subtract")
+        _language._accumulate(self, o, "subtract")
         return self
 
     def __imul__(self, o):
-        from .language import _accumulate
-
-        _accumulate(self, o, "multiply")
+        _language._accumulate(self, o, "multiply")
         return self
 
     __hash__ = object.__hash__

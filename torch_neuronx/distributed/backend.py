@@ -1,14 +1,10 @@
-"""The ``neuron`` backend of ``torch.distributed``.
-
-Importing torch_neuronx registers it for the ``neuron`` device, so that
-``dist.init_process_group("neuron")`` works, and ``init_process_group()``
-with no backend picks ``cpu:gloo,neuron:neuron`` (CPU tensors and
-``barrier()`` keep working) as it picks ``cpu:gloo,cuda:nccl`` on CUDA.
+"""The ``neuron`` process-group backend: the factory c10d calls for each group.
 
 Each group gets a host-local communicator over shared memory (the runtime's
 ``collectives`` layer); collectives run as work items on a communication
 stream of the process's device, ordered with the compute around them
-(``torch_neuronx/csrc/distributed/``).
+(``torch_neuronx/csrc/distributed/``). Ranks on other hosts are reached
+through gloo.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from . import _C
+from .. import _C
 
 BACKEND_NAME = "neuron"
 
@@ -74,19 +70,6 @@ def _create_backend(dist_backend_opts, backend_options):
     return _C._create_neuron_backend(
         store, rank, size, timeout.total_seconds(), group, every_rank, leaders, host_of_rank
     )
-
-
-def register() -> None:
-    if not dist.is_available():
-        return
-    if BACKEND_NAME in dist.Backend.backend_list:
-        return
-    dist.Backend.register_backend(
-        BACKEND_NAME, _create_backend, extended_api=True, devices=["neuron"]
-    )
-    from .compat import allow_ddp_bf16_comm_hooks
-
-    allow_ddp_bf16_comm_hooks()
 
 
 def cleanup_stale_shared_memory() -> int:

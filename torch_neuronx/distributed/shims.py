@@ -1,0 +1,111 @@
+"""Compatibility shims of ``torch.distributed`` for the ``neuron`` device.
+
+Each names the upstream behaviour it works around and changes nothing for other
+devices.
+
+torch.distributed (the default backend)
+    ``init_process_group()`` without a backend gives, since torch 2.6, only the
+    accelerator's backend (``BackendConfig`` with ``Backend.UNDEFINED`` maps just the
+    accelerator's device type), so CPU tensors and object collectives then fail with
+    "No backend type associated with device type cpu". Code written for TorchNeuron
+    expects ``cpu:gloo,neuron:neuron`` there (as torch < 2.6 gave ``cpu:gloo,cuda:nccl``).
+    The shim makes an undefined backend mean ``cpu:gloo,neuron:neuron`` when the
+    accelerator is neuron; an explicit backend, and every other accelerator, are left
+    alone.
+
+torch.testing._internal.distributed.fake_pg (the "fake" process group)
+    The fake backend registers itself for a fixed device list (cpu, cuda, hpu, xpu), so
+    a collective on a neuron tensor in a fake group fails with "No backend type
+    associated with device type neuron". Upstream's one-process DTensor tests
+    (``LocalDTensorTestBase``, the ``...WithLocalTensor`` classes) and tracing with a
+    fake group run on the accelerator's device type, neuron here. The shim registers
+    the fake backend once more through ``Backend.register_backend``, with neuron added
+    to the devices it already lists; its factory and every other device stay as they
+    are.
+
+torch.nn.parallel.DistributedDataParallel (bf16 compression hooks)
+    ``DDP._check_comm_hook`` refuses ``bf16_compress_hook`` and
+    ``bf16_compress_wrapper_hook`` unless the module is on CUDA with NCCL >= 2.10 or on
+    XPU with XCCL — a hard-coded device list, not a capability query. The ``neuron``
+    backend reduces bfloat16, so for modules on neuron the shim passes those two hooks
+    to the same check under another name; every other check still applies.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .._import_hooks import on_import
+
+
+def install() -> None:
+    """Applies the shims (now for modules already imported, else on their import)."""
+    patch_default_process_group_backend()
+    allow_ddp_bf16_comm_hooks()
+    on_import("torch.testing._internal.distributed.fake_pg", fake_process_group_on_neuron)
+
+
+def patch_default_process_group_backend() -> None:
+    """See the module docstring (the default backend)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    cls = dist.distributed_c10d.BackendConfig
+    original = cls.__init__
+    if getattr(original, "_neuron_shim", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, backend: Any) -> None:
+        if str(backend) == dist.Backend.UNDEFINED and torch._C._get_accelerator().type == "neuron":
+            backend = dist.Backend("cpu:gloo,neuron:neuron")
+        original(self, backend)
+
+    __init__._neuron_shim = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+def fake_process_group_on_neuron(fake_pg: ModuleType) -> None:
+    """See the module docstring (the "fake" process group)."""
+    import torch.distributed as dist
+
+    devices = list(dist.Backend.backend_capability.get(dist.Backend.FAKE, []))
+    if "neuron" in devices:
+        return
+    dist.Backend.register_backend(
+        dist.Backend.FAKE, fake_pg._create_fake_pg, extended_api=True, devices=[*devices, "neuron"]
+    )
+
+
+_BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
+
+
+def allow_ddp_bf16_comm_hooks() -> None:
+    """See the module docstring (DistributedDataParallel's bf16 compression hooks)."""
+    from torch.nn.parallel import distributed as ddp_module
+
+    ddp = ddp_module.DistributedDataParallel
+    check = ddp._check_comm_hook
+    if getattr(check, "_neuron", False):
+        return
+
+    def _check_comm_hook(self, hook):
+        if getattr(hook, "__name__", None) in _BF16_HOOKS and self.device_type == "neuron":
+            # Every other check still applies: they see the hook under another name.
+            def stand_in(*args, **kwargs):
+                return hook(*args, **kwargs)
+
+            stand_in.__signature__ = inspect.signature(hook)
+            stand_in.__name__ = f"neuron_{hook.__name__}"
+            return check(self, stand_in)
+        return check(self, hook)
+
+    _check_comm_hook._neuron = True
+    _check_comm_hook.__doc__ = check.__doc__
+    ddp._check_comm_hook = _check_comm_hook
