@@ -4,9 +4,9 @@ Argument checks that live only in an op's CPU kernel (an unsupported dtype, an
 option string, a mask of the wrong dtype, an overlapping output) are caught by
 running the first call of each argument signature as a work item the host waits
 for; checks on floating-point values and sizes are made on the host
-(aten/first_call_validation.h, aten/call_checks.h). Each case here raises on the
-CPU; on neuron it must raise at the call, with the CPU's exception type and
-message, and leave nothing pending.
+(csrc/eager/first_call_validation.h, csrc/eager/call_checks.h). Each case here
+raises on the CPU; on neuron it must raise at the call, with the CPU's exception
+type and message, and leave nothing pending.
 """
 
 import warnings

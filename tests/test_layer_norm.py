@@ -1,5 +1,5 @@
 """Layer norm's own device kernel: ATen's CPU layer-norm kernels run in the work
-item straight into device memory (aten/layer_norm.cpp), the hottest norm of every
+item straight into device memory (csrc/ops/layer_norm.cpp), the hottest norm of every
 transformer. Results must be CPU's bit for bit, forward and backward, for every
 dtype, shape and parameter combination the CPU kernel takes, and bad input must
 fail at the op with CPU's message.

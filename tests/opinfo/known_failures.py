@@ -188,7 +188,7 @@ def strides(reason: str) -> XFail:
 
 
 # Error inputs ("errors" phase): every error CUDA raises at the call is raised
-# at the call on neuron (aten/first_call_validation.h, aten/call_checks.h), so
+# at the call on neuron (eager/first_call_validation.h, eager/call_checks.h), so
 # none is expected to fail.
 
 

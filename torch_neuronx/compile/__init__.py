@@ -20,7 +20,8 @@ def env_flag(name: str) -> bool:
 def use_cache_dir_from_env() -> None:
     """TORCH_NEURONX_NEFF_CACHE_DIR: where compiled programs are cached (Inductor's
     cache directory, unless TORCHINDUCTOR_CACHE_DIR names one). Applied at import:
-    Inductor fixes its directory the first time it looks."""
+    Inductor fixes its directory the first time it looks. (TorchNeuron's name: its
+    cache holds NEFF files, ours Inductor's code and the kernel libraries built from it.)"""
     cache_dir = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
     if cache_dir:
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.abspath(cache_dir))

@@ -41,7 +41,10 @@ _model_name: str | None = None
 
 class NEFFCompilationError(RuntimeError):
     """A graph could not be compiled into a device program (raised instead of
-    running it eagerly when TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION is set)."""
+    running it eagerly when TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION is set).
+
+    TorchNeuron's name, kept for its users' ``except`` clauses: its programs are
+    NEFF files, ours are the C++ kernel libraries Inductor builds."""
 
 
 def set_model_name(name: str | None) -> None:

@@ -179,8 +179,9 @@ def _settings_for_cpp_kernels_on_a_device() -> None:
 
 
 def _apply_cache_settings() -> None:
-    """TORCH_NEURONX_NEFF_DISABLE_CACHE: Inductor's caches (which hold the
-    compiled programs) off. (The cache directory: ``compile.use_cache_dir_from_env``.)"""
+    """TORCH_NEURONX_NEFF_DISABLE_CACHE (TorchNeuron's name): Inductor's caches
+    (which hold the compiled programs, kernel libraries here, not NEFF files) off.
+    (The cache directory: ``compile.use_cache_dir_from_env``.)"""
     from torch._inductor import config
 
     from . import env_flag

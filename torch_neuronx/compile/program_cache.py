@@ -5,7 +5,9 @@ Inductor's own artifacts carry a compiled graph's generated code, not the C++
 libraries built from it: a process that loads them into an empty cache builds
 every kernel again. Each library Inductor loads from its cache directory is
 recorded as a ``neuron_neff`` artifact (its path in the cache, its bytes), and
-loading the artifacts writes it back, so the new process builds nothing.
+loading the artifacts writes it back, so the new process builds nothing. (The
+artifact type keeps TorchNeuron's name, whose programs are NEFF files; what it
+carries here is a C++ kernel library.)
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ std::string uniqueName() {
   C10_THROW_ERROR(DistBackendError, msg);
 }
 
-at::Tensor dense(const at::Tensor& t) {
+// `t` itself when contiguous, else a contiguous copy the collective works on.
+at::Tensor contiguousOrCopy(const at::Tensor& t) {
   return t.is_contiguous() ? t : t.contiguous();
 }
 
@@ -88,11 +89,12 @@ Factor factorOf(const c10d::ReduceOp& op, c10::DeviceIndex device) {
   return f;
 }
 
-// An output the collective writes through `dense`, its contiguous stand-in:
-// copied back unless they are the same tensor.
-CopyBacks copyBackIfStaged(const at::Tensor& output, const at::Tensor& dense) {
+// An output the collective writes through `stand_in`, its contiguous version
+// (contiguousOrCopy): copied back unless they are the same tensor.
+CopyBacks copyBackIfStaged(const at::Tensor& output,
+                           const at::Tensor& stand_in) {
   CopyBacks c;
-  if (!dense.is_same(output)) c.emplace_back(output, dense);
+  if (!stand_in.is_same(output)) c.emplace_back(output, stand_in);
   return c;
 }
 
@@ -401,7 +403,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce(
   const CommElement e = reducible(t);
   const coll::ReduceOp op = commReduceOp(opts.reduceOp, t.scalar_type());
   Factor f = factorOf(opts.reduceOp, device);
-  at::Tensor d = dense(t);
+  at::Tensor d = contiguousOrCopy(t);
   const size_t count = static_cast<size_t>(d.numel()) * e.per_element;
   char* p = ptr(d);
   return enqueue(
@@ -445,7 +447,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::broadcast(
   checkSingle(tensors, "broadcast");
   at::Tensor& t = tensors[0];
   const auto device = bindDevice(t, "broadcast");
-  at::Tensor d = dense(t);
+  at::Tensor d = contiguousOrCopy(t);
   char* p = ptr(d);
   const size_t n = nbytes(d);
   const int root = static_cast<int>(opts.rootRank);
@@ -463,7 +465,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce(
   const CommElement e = reducible(t);
   const coll::ReduceOp op = commReduceOp(opts.reduceOp, t.scalar_type());
   Factor f = factorOf(opts.reduceOp, device);
-  at::Tensor d = dense(t);
+  at::Tensor d = contiguousOrCopy(t);
   const size_t count = static_cast<size_t>(d.numel()) * e.per_element;
   char* p = ptr(d);
   const int root = static_cast<int>(opts.rootRank);
@@ -480,8 +482,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_allgather_base(
               "neuron backend: output tensor size must be equal to "
               "world_size times input tensor size (got ",
               output.numel(), " and ", input.numel(), " x ", size_, ")");
-  at::Tensor in = dense(input);
-  at::Tensor out = dense(output);
+  at::Tensor in = contiguousOrCopy(input);
+  at::Tensor out = contiguousOrCopy(output);
   const char* pi = ptr(in);
   char* po = ptr(out);
   const size_t n = nbytes(in);
@@ -514,7 +516,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(
         input.sizes(), " ", input.scalar_type(), ", output ", o.sizes(), " ",
         o.scalar_type(), ")");
   }
-  at::Tensor in = dense(input);
+  at::Tensor in = contiguousOrCopy(input);
   at::Tensor buf = at::empty({size_ * input.numel()}, input.options());
   const char* pi = ptr(in);
   char* pb = ptr(buf);
@@ -563,8 +565,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_reduce_scatter_base(
   const CommElement e = reducible(output);
   const coll::ReduceOp op = commReduceOp(opts.reduceOp, output.scalar_type());
   Factor f = factorOf(opts.reduceOp, device);
-  at::Tensor in = dense(input);
-  at::Tensor out = dense(output);
+  at::Tensor in = contiguousOrCopy(input);
+  at::Tensor out = contiguousOrCopy(output);
   const char* pi = ptr(in);
   char* po = ptr(out);
   const size_t count = static_cast<size_t>(out.numel()) * e.per_element;
@@ -652,8 +654,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall_base(
   std::vector<size_t> send_bytes, send_offsets, recv_bytes, recv_offsets;
   plan(input, input_split_sizes, "input", send_bytes, send_offsets);
   plan(output, output_split_sizes, "output", recv_bytes, recv_offsets);
-  at::Tensor in = dense(input);
-  at::Tensor out = dense(output);
+  at::Tensor in = contiguousOrCopy(input);
+  at::Tensor out = contiguousOrCopy(output);
   const char* pi = ptr(in);
   char* po = ptr(out);
   return enqueue(
@@ -734,7 +736,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::gather(
                 "neuron backend: gather takes output tensors on the root "
                 "only");
   }
-  at::Tensor in = dense(input);
+  at::Tensor in = contiguousOrCopy(input);
   at::Tensor buf = is_root ? at::empty({size_ * input.numel()}, input.options())
                            : at::Tensor();
   const char* pi = ptr(in);
@@ -780,7 +782,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::scatter(
                 "neuron backend: scatter takes input tensors on the root "
                 "only");
   }
-  at::Tensor out = dense(output);
+  at::Tensor out = contiguousOrCopy(output);
   const char* pb = is_root ? ptr(buf) : nullptr;
   char* po = ptr(out);
   const std::vector<size_t> counts(size_, nbytes(out));
@@ -798,7 +800,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::send(
   const auto device = bindDevice(tensors[0], "send");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_,
               "neuron backend: send to invalid rank ", dst);
-  at::Tensor d = dense(tensors[0]);
+  at::Tensor d = contiguousOrCopy(tensors[0]);
   if (coalescing_) {
     pending_->ops.push_back({true, dst, ptr(d), nbytes(d), tag});
     pending_->tensors.push_back(d);
@@ -817,7 +819,7 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::recv(
   const auto device = bindDevice(t, "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_,
               "neuron backend: recv from invalid rank ", src);
-  at::Tensor d = dense(t);
+  at::Tensor d = contiguousOrCopy(t);
   if (coalescing_) {
     TORCH_CHECK(d.is_same(t),
                 "neuron backend: batched recv needs a "

@@ -1,5 +1,5 @@
 // Bindings of the `neuron` process-group backend: one factory, called by
-// torch_neuronx/distributed.py's creator function registered with
+// torch_neuronx/distributed/backend.py's creator function registered with
 // torch.distributed.Backend.register_backend.
 #include <torch/csrc/utils/pybind.h>
 

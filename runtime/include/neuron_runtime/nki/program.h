@@ -9,7 +9,7 @@
 // the whole program: uninitialised reads, on-chip capacity of the live tiles),
 // plans the memory of its internal buffers (liveness-based reuse, as the
 // compiler allocates SBUF) and estimates its time on the engines
-// (cost_model.h). run() executes it over given HBM addresses (interpreter.h).
+// (cost_model.h). run() executes it over given HBM addresses (interpreter.cpp).
 #pragma once
 
 #include <cstdint>
