@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+import torch_neuronx.nki as tnki
+
 RNG = np.random.default_rng(0)
 
 
@@ -529,3 +531,44 @@ def test_access_pattern_views():
 
     with pytest.raises(nki.NKIError, match="reaches elements"):
         too_far(a)
+
+
+# The two ISA spellings ---------------------------------------------------------------
+@nki.jit
+def row_stats(a, dest_first):
+    """Per row: the max, minus the max, and the sum of exp(x - max); reduced
+    into columns of one tile (dest_first) or as returned tiles."""
+    out = nl.ndarray((128, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    stats = nl.ndarray((128, 3), dtype=nl.float32)
+    if dest_first:
+        nisa.tensor_reduce(dst=stats[:, 0:1], op=nl.maximum, data=t, axis=1, keepdims=True)
+        nisa.tensor_reduce(dst=stats[:, 1:2], op=nl.maximum, data=t, axis=1, negate=True)
+        e = nl.ndarray(t.shape, dtype=nl.float32)
+        nisa.activation(
+            dst=e, op=nl.exp, data=t, bias=stats[:, 1:2], reduce_op=nl.add, reduce_res=stats[:, 2:3]
+        )
+    else:
+        stats[:, 0:1] = lisa.tensor_reduce(nl.maximum, t, axis=1, keepdims=True)
+        stats[:, 1:2] = lisa.tensor_reduce(nl.maximum, t, axis=1, keepdims=True, negate=True)
+        lisa.activation(nl.exp, t, bias=stats[:, 1:2], reduce_op=nl.add, reduce_res=stats[:, 2:3])
+    nl.store(out, value=stats)
+    return out
+
+
+def test_destination_first_reductions_match_the_tile_returning_form():
+    # nisa.tensor_reduce(dst=...) and nisa.activation(dst=..., reduce_res=...)
+    # write their destination themselves: the same results as the tile-returning
+    # form, with no more instructions.
+    a = rand(128, 300)
+    want = np.stack([a.max(1), -a.max(1), np.exp(a - a.max(1, keepdims=True)).sum(1)], 1)
+    got = {}
+    for dest_first in (True, False):
+        got[dest_first] = row_stats(a, dest_first)
+        np.testing.assert_allclose(got[dest_first], want, rtol=1e-5)
+    np.testing.assert_array_equal(got[True], got[False])
+    dest_first = tnki.estimate(row_stats, nt.tensor[[128, 300], nl.float32], True)
+    tile_returning = tnki.estimate(row_stats, nt.tensor[[128, 300], nl.float32], False)
+    # Two reductions and the copy of the activation's row sums; the activation and its sum.
+    assert dest_first.instructions["vector"] == 3 and dest_first.instructions["scalar"] == 2
+    assert dest_first.num_instructions <= tile_returning.num_instructions

@@ -126,18 +126,14 @@ def activation(
     name=None,
     **kwargs,
 ) -> None:
-    _into(
-        dst,
-        _l.activation(
-            op,
-            data,
-            bias=bias,
-            scale=scale,
-            reduce_op=reduce_op,
-            reduce_res=reduce_res,
-            dtype=dst.dtype,
-        ),
-    )
+    """``dst = op(data * scale + bias)``; with ``reduce_res`` also the sum along
+    the free dims into it. The reduction is emitted after the result is placed,
+    so that the activation itself writes dst (no copy in between)."""
+    loc = user_location()
+    result = _l.activation(op, data, bias=bias, scale=scale, dtype=dst.dtype)
+    _into(dst, result)  # when the activation now writes dst, result is a view of it
+    if reduce_res is not None:
+        _l._reduce_into(reduce_res, reduce_op or nl.add, result, None, loc)
 
 
 def activation_reduce(
@@ -147,7 +143,12 @@ def activation_reduce(
 
 
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **kwargs) -> None:
-    r = _l.tensor_reduce(op, data, axis, dtype=dst.dtype, negate=negate, keepdims=keepdims)
+    loc = user_location()
+    r = nl._reduce(
+        nl._alu_code(op, loc), data, axis, dst.dtype, None, keepdims, negate, loc, into=dst
+    )
+    if r is dst:  # reduced straight into dst
+        return
     if r.shape != dst.shape and r.size == dst.size:
         r = r.reshape(dst.shape)
     _into(dst, r)

@@ -790,18 +790,35 @@ def _axes(axis, ndim, loc):
     return axes
 
 
-def _reduce(alu: int, x, axis, dtype, mask, keepdims, negate=False, loc=None, engine="vector"):
+def _reduce(
+    alu: int, x, axis, dtype, mask, keepdims, negate=False, loc=None, engine="vector", into=None
+):
     """Reduces the free axes `axis` of a tile; a mask restricts the elements
-    reduced and the result positions written (the rest stay undefined)."""
+    reduced and the result positions written (the rest stay undefined).
+    `into`: an on-chip tile of the result's shape (the reduced dims kept or
+    not) to reduce straight into, as ``nisa.tensor_reduce(dst=...)`` does;
+    otherwise (or when its shape is neither) the result is a new tile."""
     loc = loc or user_location()
     x = _on_chip(x, "reduction", loc)
     axes = _axes(axis, x.ndim, loc)
     kept = [d for d in range(x.ndim) if d not in axes]
-    if keepdims:
-        out_shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+    kept_shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+    if (
+        into is not None
+        and into.buf.space != HBM
+        and into.buf is not x.buf
+        and into.dtype == (dtype or x.dtype)
+    ):
+        if into.shape == kept_shape:
+            keepdims = True
+        elif into.shape == tuple(x.shape[d] for d in kept):
+            keepdims = False
+        else:
+            into = None
     else:
-        out_shape = tuple(x.shape[d] for d in kept)
-    out = _new_tile(out_shape, dtype or x.dtype, loc)
+        into = None
+    out_shape = kept_shape if keepdims else tuple(x.shape[d] for d in kept)
+    out = into if into is not None else _new_tile(out_shape, dtype or x.dtype, loc)
     box = _tr.mask_box(mask, x.shape, loc)
     if box is None:
         return out
@@ -817,10 +834,10 @@ def _reduce(alu: int, x, axis, dtype, mask, keepdims, negate=False, loc=None, en
         kept_strides = tuple(out.strides[d] for d in kept)
     else:
         kept_strides = out.strides if out.shape == tuple(x.shape[d] for d in kept) else ()
-    dst_offset = _py.sum(lo[d] * st for d, st in zip(kept, kept_strides, strict=False))
+    dst_offset = out.offset + _py.sum(lo[d] * st for d, st in zip(kept, kept_strides, strict=False))
     dst = View(out.buf, dst_offset, tuple(xs.shape[d] for d in kept), kept_strides)
     if not kept:
-        dst = View(out.buf, 0, (), ())
+        dst = View(out.buf, out.offset, (), ())
     current().emit(
         "reduce",
         engine,
@@ -831,7 +848,7 @@ def _reduce(alu: int, x, axis, dtype, mask, keepdims, negate=False, loc=None, en
         flags=_tr.FLAG_NEGATE if negate else 0,
         loc=loc,
     )
-    if dst.covers_buffer() or not kept:
+    if dst.covers_buffer() or (not kept and out.covers_buffer()):
         out.buf.producer = current().ninstr - 1
     return out
 

@@ -1,6 +1,8 @@
 """torch-neuronx's own NKI kernel library, written in NKI and tested against
 torch references: attention, normalisation, softmax, rotary embedding, MLPs
-and matmuls."""
+and matmuls. Instructions are spelled in the current ``nki.isa`` form,
+destination first (``nisa.nc_matmul(dst=..., stationary=..., moving=...)``);
+``_tiles`` holds the Tensor-engine steps several kernels share."""
 
 from .attention import flash_attention_bwd, flash_attention_fwd
 from .matmul import tiled_matmul

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 
+from .. import isa as nisa
 from .. import language as nl
-from .. import legacy_isa as nisa
 from ..kernel import jit
+from ._tiles import matmul_to_psum, transposed
 
 Q_TILE = 128
 KV_TILE = 512
@@ -39,7 +40,7 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
         # q^T: head dim on the partitions (the matmul contracts over them),
         # transposed on the Tensor engine (a transposing DMA moves elements
         # one by one).
-        q_t = nl.copy(nisa.nc_transpose(nl.load(q[b, h, q0 : q0 + Q_TILE, :], dtype=mm_dtype)))
+        q_t = transposed(nl.load(q[b, h, q0 : q0 + Q_TILE, :], dtype=mm_dtype), mm_dtype)
         m = nl.full((Q_TILE, 1), NEG_INF, nl.float32)  # running row max (scaled)
         denom = nl.zeros((Q_TILE, 1), nl.float32)
         acc = nl.zeros((Q_TILE, D), nl.float32)
@@ -51,23 +52,37 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
             k_t = nl.ndarray((D, KV), dtype=mm_dtype)
             for c in nl.affine_range(KV // 128):
                 k_rows = nl.load(k[b, kvh, k0 + c * 128 : k0 + (c + 1) * 128, :], dtype=mm_dtype)
-                k_t[:, c * 128 : (c + 1) * 128] = nisa.nc_transpose(k_rows)
-            s = nisa.nc_matmul(q_t, k_t)  # [Q_TILE, KV_TILE] scores in PSUM
+                k_ps = nl.ndarray((D, 128), dtype=mm_dtype, buffer=nl.psum)
+                nisa.nc_transpose(dst=k_ps, data=k_rows)
+                nisa.tensor_copy(dst=k_t[:, c * 128 : (c + 1) * 128], src=k_ps)
+            s = matmul_to_psum(q_t, k_t)  # [Q_TILE, KV_TILE] scores
             if causal and k0 + KV > q0:
-                i_q, i_k = nl.mgrid[0:Q_TILE, 0:KV]
-                s = nisa.affine_select(q0 + i_q >= k0 + i_k, s, NEG_INF / scale, dtype=nl.float32)
-            row_max = nisa.tensor_reduce(nl.maximum, s, axis=1, keepdims=True)
+                # Keep the scores of keys at or before the query (q0 + row >= k0 + col).
+                masked = nl.ndarray((Q_TILE, KV), dtype=nl.float32)
+                nisa.affine_select(
+                    dst=masked,
+                    pattern=[[-1, KV]],
+                    offset=q0 - k0,
+                    channel_multiplier=1,
+                    on_true_tile=s,
+                    on_false_value=NEG_INF / scale,
+                    cmp_op=nl.greater_equal,
+                )
+                s = masked
+            row_max = nl.ndarray((Q_TILE, 1), dtype=nl.float32)
+            nisa.tensor_reduce(dst=row_max, op=nl.maximum, data=s, axis=1, keepdims=True)
             m_new = nl.maximum(m, nl.multiply(row_max, scale))
             # p = exp(scale * s - m_new), its row sums on the way.
+            p = nl.ndarray((Q_TILE, KV), dtype=mm_dtype)
             row_sum = nl.ndarray((Q_TILE, 1), nl.float32)
-            p = nisa.activation(
-                nl.exp,
-                s,
+            nisa.activation(
+                dst=p,
+                op=nl.exp,
+                data=s,
                 bias=nl.negative(m_new),
                 scale=scale,
                 reduce_op=nl.add,
                 reduce_res=row_sum,
-                dtype=mm_dtype,
             )
             alpha = nl.exp(nl.subtract(m, m_new))
             denom = nl.add(nl.multiply(denom, alpha), row_sum)
@@ -75,9 +90,9 @@ def flash_attention_fwd(q, k, v, softmax_scale=None, causal=False):
             # acc = acc * alpha + p @ v, 128 keys at a time.
             pv = nl.zeros((Q_TILE, D), nl.float32, buffer=nl.psum)
             for c in nl.affine_range(KV // 128):
-                p_t = nl.copy(nisa.nc_transpose(p[:, c * 128 : (c + 1) * 128]), dtype=mm_dtype)
+                p_t = transposed(p[:, c * 128 : (c + 1) * 128], mm_dtype)
                 v_tile = nl.load(v[b, kvh, k0 + c * 128 : k0 + (c + 1) * 128, :], dtype=mm_dtype)
-                pv += nisa.nc_matmul(p_t, v_tile)
+                nisa.nc_matmul(dst=pv, stationary=p_t, moving=v_tile)  # accumulates in PSUM
             acc = nl.add(nl.multiply(acc, alpha), pv)
         out = nl.multiply(acc, nl.reciprocal(denom), dtype=q.dtype)
         nl.store(o[b, h, q0 : q0 + Q_TILE, :], value=out)
@@ -108,9 +123,6 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, softmax_scale=None, causal=False):
     mm = nl.bfloat16 if q.dtype != nl.float32 else nl.float32
     nq, nk = S // T, Sk // T
 
-    def transposed(x):  # [T, D] tile -> [D, T] in SBUF, on the Tensor engine
-        return nl.copy(nisa.nc_transpose(x), dtype=mm)
-
     # dK and dV sum over the query heads of the group: fp32, in SBUF.
     dk_acc = [nl.zeros((T, D), nl.float32) for _ in range(nk)]
     dv_acc = [nl.zeros((T, D), nl.float32) for _ in range(nk)]
@@ -123,9 +135,9 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, softmax_scale=None, causal=False):
             qt = nl.load(q[b, h, rows, :], dtype=mm)
             dot = nl.load(d_o[b, h, rows, :], dtype=mm)
             q_rows.append(qt)
-            q_cols.append(transposed(qt))
+            q_cols.append(transposed(qt, mm))
             do_rows.append(dot)
-            do_cols.append(transposed(dot))
+            do_cols.append(transposed(dot, mm))
             ot = nl.load(o[b, h, rows, :], dtype=nl.float32)
             delta.append(nl.sum(nl.multiply(ot, dot, dtype=nl.float32), axis=1, keepdims=True))
             lt = nl.load(lse[b, h, rows], dtype=nl.float32).reshape((T, 1))
@@ -134,22 +146,33 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, softmax_scale=None, causal=False):
         for j in nl.sequential_range(nk):
             cols = slice(j * T, (j + 1) * T)
             kt = nl.load(k[b, kvh, cols, :], dtype=mm)
-            k_cols = transposed(kt)
-            v_cols = transposed(nl.load(v[b, kvh, cols, :], dtype=mm))
+            k_cols = transposed(kt, mm)
+            v_cols = transposed(nl.load(v[b, kvh, cols, :], dtype=mm), mm)
             dk_ps = nl.zeros((T, D), nl.float32, buffer=nl.psum)
             dv_ps = nl.zeros((T, D), nl.float32, buffer=nl.psum)
             for i in nl.affine_range(j if causal else 0, nq):
-                s = nisa.nc_matmul(q_cols[i], k_cols)  # [T q, T k] raw scores
-                p = nisa.activation(nl.exp, s, bias=neg_lse[i], scale=scale, dtype=nl.float32)
-                if causal and i == j:
-                    i_q, i_k = nl.mgrid[0:T, 0:T]
-                    p = nisa.affine_select(i_q >= i_k, p, 0.0, dtype=nl.float32)
-                dv_ps += nisa.nc_matmul(nl.copy(p, dtype=mm), do_rows[i])  # P^T dO
-                dp = nisa.nc_matmul(do_cols[i], v_cols)  # dO V^T: [T q, T k]
+                s = matmul_to_psum(q_cols[i], k_cols)  # [T q, T k] raw scores
+                p = nl.ndarray((T, T), dtype=nl.float32)
+                nisa.activation(dst=p, op=nl.exp, data=s, bias=neg_lse[i], scale=scale)
+                if causal and i == j:  # keep keys at or before the query (row >= col)
+                    masked = nl.ndarray((T, T), dtype=nl.float32)
+                    nisa.affine_select(
+                        dst=masked,
+                        pattern=[[-1, T]],
+                        offset=0,
+                        channel_multiplier=1,
+                        on_true_tile=p,
+                        on_false_value=0.0,
+                        cmp_op=nl.greater_equal,
+                    )
+                    p = masked
+                # P^T dO and dS^T Q accumulate in PSUM over the query tiles.
+                nisa.nc_matmul(dst=dv_ps, stationary=nl.copy(p, dtype=mm), moving=do_rows[i])
+                dp = matmul_to_psum(do_cols[i], v_cols)  # dO V^T: [T q, T k]
                 ds = nl.multiply(p, nl.subtract(dp, delta[i]), dtype=mm)  # dS / scale
-                dk_ps += nisa.nc_matmul(ds, q_rows[i])  # dS^T Q: [T k, D]
-                ds_t = nl.copy(nisa.nc_transpose(ds), dtype=mm)
-                dq_acc[i] = nl.add(dq_acc[i], nisa.nc_matmul(ds_t, kt))  # dS K: [T q, D]
+                nisa.nc_matmul(dst=dk_ps, stationary=ds, moving=q_rows[i])  # [T k, D]
+                ds_t = transposed(ds, mm)
+                dq_acc[i] = nl.add(dq_acc[i], matmul_to_psum(ds_t, kt))  # dS K: [T q, D]
             dk_acc[j] = nl.add(dk_acc[j], dk_ps)
             dv_acc[j] = nl.add(dv_acc[j], dv_ps)
         for i in nl.affine_range(nq):

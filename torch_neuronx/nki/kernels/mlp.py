@@ -9,16 +9,13 @@ weight tiles [128, <= 512] into PSUM, accumulating over K.
 from __future__ import annotations
 
 from .. import language as nl
-from .. import legacy_isa as nisa
 from ..kernel import jit
+from ._tiles import matmul_to_psum, transposed
 
 
 def _transposed_chunks(t, rows, K, dtype):
     """x^T of an SBUF tile [rows, K] as K/128 tiles [128, rows]."""
-    return [
-        nl.copy(nisa.nc_transpose(t[:, c * 128 : (c + 1) * 128]), dtype=dtype)
-        for c in range(K // 128)
-    ]
+    return [transposed(t[:, c * 128 : (c + 1) * 128], dtype) for c in range(K // 128)]
 
 
 def _matmul_rows(x_t, w, k0_rows, n0, n, dtype):
@@ -26,7 +23,7 @@ def _matmul_rows(x_t, w, k0_rows, n0, n, dtype):
     acc = None
     for c, xc in enumerate(x_t):
         wt = nl.load(w[k0_rows + c * 128 : k0_rows + (c + 1) * 128, n0 : n0 + n], dtype=dtype)
-        r = nisa.nc_matmul(xc, wt)
+        r = matmul_to_psum(xc, wt)
         acc = r if acc is None else nl.add(acc, r)
     return acc
 

@@ -4,8 +4,8 @@ ones vector."""
 
 from __future__ import annotations
 
+from .. import isa as nisa
 from .. import language as nl
-from .. import legacy_isa as nisa
 from ..kernel import jit
 
 
@@ -77,8 +77,9 @@ def _row_stats(t, rows, F):
     stats = nl.ndarray((rows, 6 * chunks), dtype=nl.float32)
     for c in nl.affine_range(chunks):
         cols = slice(c * 512, min(F, (c + 1) * 512))
-        stats[:, c * 6 : (c + 1) * 6] = nisa.bn_stats(t[:, cols])
-    mv = nisa.bn_aggr(stats)
+        nisa.bn_stats(dst=stats[:, c * 6 : (c + 1) * 6], data=t[:, cols])
+    mv = nl.ndarray((rows, 2), dtype=nl.float32)
+    nisa.bn_aggr(dst=mv, data=stats)
     return mv[:, 0:1], mv[:, 1:2]
 
 
@@ -100,7 +101,10 @@ def layernorm_fwd(x, weight, bias, eps=1e-5):
         t = nl.load(x[r0 : r0 + rows, :], dtype=nl.float32)
         mean, var = _row_stats(t, rows, F)
         rstd = nl.rsqrt(nl.add(var, eps))
-        out = nisa.tensor_scalar(t, nl.subtract, mean, op1=nl.multiply, operand1=rstd)
+        out = nl.ndarray((rows, F), dtype=nl.float32)
+        nisa.tensor_scalar(
+            dst=out, data=t, op0=nl.subtract, operand0=mean, op1=nl.multiply, operand1=rstd
+        )
         if weight is not None:
             out = nl.multiply(out, w[0:rows, :])
         if bias is not None:
@@ -136,7 +140,10 @@ def layernorm_bwd(dy, x, mean, rstd, weight, with_bias=True):
         g = nl.load(dy[r0 : r0 + rows, :], dtype=nl.float32)
         mu = nl.load(mean[r0 : r0 + rows]).reshape((rows, 1))
         r = nl.load(rstd[r0 : r0 + rows]).reshape((rows, 1))
-        xhat = nisa.tensor_scalar(xt, nl.subtract, mu, op1=nl.multiply, operand1=r)
+        xhat = nl.ndarray((rows, F), dtype=nl.float32)
+        nisa.tensor_scalar(
+            dst=xhat, data=xt, op0=nl.subtract, operand0=mu, op1=nl.multiply, operand1=r
+        )
         gw = nl.multiply(g, w[0:rows, :]) if weight is not None else g
         c1 = nl.mean(gw, axis=1, keepdims=True)
         c2 = nl.mean(nl.multiply(gw, xhat), axis=1, keepdims=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from .. import isa as nisa
 from .. import language as nl
-from .. import legacy_isa as nisa
 from ..kernel import jit
 
 
@@ -14,9 +14,13 @@ def softmax_fwd(x):
     for i in nl.affine_range((N + 127) // 128):
         rows = min(128, N - i * 128)
         t = nl.load(x[i * 128 : i * 128 + rows, :], dtype=nl.float32)
-        neg_max = nisa.tensor_reduce(nl.maximum, t, axis=1, keepdims=True, negate=True)
+        neg_max = nl.ndarray((rows, 1), nl.float32)
+        nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=t, axis=1, keepdims=True, negate=True)
+        e = nl.ndarray((rows, F), nl.float32)
         row_sum = nl.ndarray((rows, 1), nl.float32)
-        e = nisa.activation(nl.exp, t, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum)
+        nisa.activation(
+            dst=e, op=nl.exp, data=t, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum
+        )
         nl.store(
             y[i * 128 : i * 128 + rows, :],
             value=nl.multiply(e, nl.reciprocal(row_sum), dtype=x.dtype),
