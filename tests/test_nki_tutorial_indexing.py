@@ -292,9 +292,14 @@ def _scan_from_a_tile(x):
     return out
 
 
-def test_scan_with_a_tile_initial_is_refused_clearly():
-    with pytest.raises(NKIError, match="only a scalar initial value is supported"):
-        simulate_kernel(_scan_from_a_tile, np.ones((128, 8), np.float32))
+def test_scan_with_a_zero_tile_initial_matches_a_scalar_zero():
+    x = np.random.default_rng(0).random((128, 8), dtype=np.float32)
+    expected = np.zeros_like(x)
+    prev = np.zeros(128, np.float32)
+    for j in range(8):
+        prev = x[:, j] * prev + x[:, j]
+        expected[:, j] = prev
+    np.testing.assert_array_equal(simulate_kernel(_scan_from_a_tile, x), expected)
 
 
 # Matrix multiplication tutorial (destination-first nki API) -----------------------

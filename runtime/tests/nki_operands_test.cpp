@@ -96,6 +96,10 @@ TEST(NkiOperandRolesTest, EachOpReadsItsOperands) {
   EXPECT_EQ(describe(operandRoles(make(Op::kBnStats))), "r--");
   EXPECT_EQ(describe(operandRoles(make(Op::kBnAggr))), "r--");
   EXPECT_EQ(describe(operandRoles(make(Op::kScan))), "rr-");
+  // A tile of initial values is read like the data.
+  EXPECT_EQ(describe(operandRoles(make(Op::kScan, kFlagInitialTile))), "rrr");
+  // The data tile and the index tile of a tensor indirection.
+  EXPECT_EQ(describe(operandRoles(make(Op::kGather))), "rr-");
   EXPECT_EQ(describe(operandRoles(make(Op::kTranspose))), "r--");
 }
 

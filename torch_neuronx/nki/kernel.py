@@ -41,6 +41,7 @@ class CompiledKernel:
     prints: list  # (prefix, constant, print index)
     result: object  # the kernel's return structure; ("out", k) / ("arg", k) leaves
     trace_locs: list = field(default_factory=list)
+    location_names: list = field(default_factory=list)  # "file:line (kernel)", for device errors
     _profiles: dict = field(default_factory=dict)
 
     def profile(self, target: str = "trn2") -> KernelProfile:
@@ -368,6 +369,33 @@ def _program_error(e, t: tr.Trace) -> NKIError:
     return NKIError(msg, limit=limit)
 
 
+def _run_error(e, ck: CompiledKernel) -> NKIError:
+    """An error only the data revealed while the program ran (a tensor
+    indirection offset out of range), at the kernel line that made it."""
+    lid = getattr(e, "loc", -1)
+    if 0 <= lid < len(ck.trace_locs):
+        f, line, _ = ck.trace_locs[lid]
+        return NKIError(f"{ck.name}: {e}", filename=f, lineno=line, limit="out-of-bounds")
+    return NKIError(f"{ck.name}: {e}", limit="out-of-bounds")
+
+
+def _run_host(ck: CompiledKernel, addrs) -> None:
+    C = _c()
+    try:
+        ck.program.run_host(addrs)
+    except C._NkiProgramError as e:
+        raise _run_error(e, ck) from None
+
+
+def _location_names(ck: CompiledKernel) -> list:
+    """``file:line (kernel)`` by location id, for device errors."""
+    if not ck.location_names:
+        ck.location_names = [
+            f"{os.path.basename(f)}:{line} ({ck.name})" for f, line, _ in ck.trace_locs
+        ]
+    return ck.location_names
+
+
 # Launching ----------------------------------------------------------------
 def _arg_key(x):
     info = _describe(x)
@@ -480,7 +508,7 @@ def _run_numpy(ck: CompiledKernel, arrays):
         + [o.ctypes.data for o in outs]
         + [p.ctypes.data for p in prints]
     )
-    ck.program.run_host(addrs)
+    _run_host(ck, addrs)
     _show_prints(ck, prints)
     return _unflatten(ck.result, outs, arrays)
 
@@ -524,13 +552,14 @@ def _run_torch(ck: CompiledKernel, tensors, outs=None):
         + [p.data_ptr() for p in prints]
     )
     if device.type == "cpu":
-        ck.program.run_host(addrs)
+        _run_host(ck, addrs)
     elif device.type == "neuron":
         _c()._note_executed(f"nki::{ck.name}")
         ck.program.launch(
             addrs,
             device.index if device.index is not None else torch.neuron.current_device(),
             f"nki::{ck.name}",
+            _location_names(ck),
         )
     else:
         raise NKIError(f"NKI kernels run on neuron (or CPU) tensors, not {device.type}")

@@ -340,6 +340,8 @@ def _is_scalar(x) -> bool:
 
 def _on_chip(x, what: str, loc) -> View:
     current()
+    if isinstance(x, _tr.IndirectView):
+        raise x.unsupported(f"{what} reading", loc)
     if not isinstance(x, View):
         raise error(f"{what} expects a tile, got {type(x).__name__}", "operand", loc)
     if x.buf.space == HBM:

@@ -338,9 +338,25 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs) -> Vie
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> View:
     loc = user_location()
+    if isinstance(src, _tr.IndirectView):
+        return _gather(src, dtype, mask, engine, loc)
     x = nl._on_chip(src, "tensor_copy", loc)
     out = nl._new_tile(x.shape, dtype or x.dtype, loc)
     nl._emit("copy", _engine(engine, "vector"), out, [x], mask=mask, loc=loc)
+    return out
+
+
+def _gather(src, dtype, mask, eng, loc) -> View:
+    """tensor_copy of a tensor indirection: one gather instruction reading
+    the data tile and, at run time, the offsets of the index tile."""
+    if mask is not None:
+        raise src.unsupported("a masked tensor_copy", loc)
+    if _engine(eng, "vector") not in ("vector", "scalar", "gpsimd"):
+        raise error("tensor indirection runs on the Vector, Scalar or GpSimd engine", "engine", loc)
+    data = nl._flatten_free(src.data, loc)
+    out = nl._new_tile(src.shape, dtype or src.dtype, loc)
+    src.indices.verify(loc=loc)
+    _tr.current().emit("gather", _engine(eng, "vector"), out, [data, src.indices], loc=loc)
     return out
 
 
@@ -360,21 +376,51 @@ def tensor_tensor_scan(
     loc = user_location()
     a = nl._flatten_free(nl._on_chip(data0, "tensor_tensor_scan", loc), loc)
     b = nl._flatten_free(nl._on_chip(data1, "tensor_tensor_scan", loc), loc)
-    if not nl._is_scalar(initial):
+    if a.shape != b.shape:
         raise error(
-            "tensor_tensor_scan: only a scalar initial value is supported here", "operand", loc
+            f"tensor_tensor_scan: data0 {list(a.shape)} and data1 {list(b.shape)} differ in shape",
+            "shape",
+            loc,
+        )
+    # The initial value: a float constant, or a tile of one value per
+    # partition (NKI's tensor_tensor_scan page allows both).
+    if nl._is_scalar(initial):
+        srcs, flags, imm = [a, b], 0, (float(initial),)
+    elif isinstance(initial, View):
+        init = nl._flatten_free(nl._on_chip(initial, "tensor_tensor_scan initial", loc), loc)
+        if init.shape != (a.shape[0], 1):
+            raise error(
+                f"tensor_tensor_scan: initial {list(initial.shape)} must hold one value per "
+                f"partition of the data ([{a.shape[0]}, 1]), or be a scalar",
+                "shape",
+                loc,
+            )
+        if mask is not None:
+            raise error(
+                "tensor_tensor_scan: a mask together with a tile initial is not supported yet",
+                "operand",
+                loc,
+            )
+        srcs, flags, imm = [a, b, init], _tr.FLAG_INITIAL_TILE, (0.0,)
+    else:
+        raise error(
+            f"tensor_tensor_scan: initial must be a scalar or a [P, 1] tile, got "
+            f"{type(initial).__name__}",
+            "operand",
+            loc,
         )
     out = nl._new_tile(a.shape, dtype or a.dtype, loc)
     nl._emit(
         "scan",
         "vector",
         out,
-        [a, b],
+        srcs,
         mask=mask,
         loc=loc,
         alu0=nl._alu_code(op0, loc),
         alu1=nl._alu_code(op1, loc),
-        imm=(float(initial),),
+        flags=flags,
+        imm=imm,
     )
     return out
 

@@ -42,6 +42,7 @@ FLAG_REVERSE1 = layout.FLAGS["reverse1"]
 FLAG_OPERAND0_IMM = layout.FLAGS["operand0_imm"]
 FLAG_OPERAND1_IMM = layout.FLAGS["operand1_imm"]
 FLAG_NEGATE = layout.FLAGS["negate"]
+FLAG_INITIAL_TILE = layout.FLAGS["initial_tile"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 # The kernel library is kernel code: its lines are the ones to report.
@@ -308,7 +309,8 @@ class Trace:
         for s in range(3):
             w = src_words[s * self.ACCESS : (s + 1) * self.ACCESS]
             if w[0] == target.buf.index and (
-                op in (OP["matmul"], OP["transpose"], OP["reduce"], OP["scan"]) or w != tw
+                op in (OP["matmul"], OP["transpose"], OP["reduce"], OP["scan"], OP["gather"])
+                or w != tw
             ):
                 return False
         if target.buf.kind == "input" and not target.buf.mutable:
@@ -610,6 +612,19 @@ class View:
     def __getitem__(self, key) -> View:
         return index_view(self, key, user_location())
 
+    def is_indirect(self) -> bool:
+        return False
+
+    def indirect(self, indices, num_elem=None, **kwargs) -> IndirectView:
+        """NKI's tensor indirection (``NkiTensor.indirect``): the columns of
+        this SBUF/PSUM tile at the offsets an SBUF ``uint16`` index tile
+        holds, read at run time. Partitions form groups of 16; output column
+        i of the group starting at partition g takes the offset at
+        ``indices[g + i % 16, i // 16]``. ``num_elem`` columns (default: all
+        the index tile's offsets)."""
+        loc = user_location()
+        return IndirectView(self, indices, num_elem, loc)
+
     def __setitem__(self, key, value) -> None:
         target = index_view(self, key, user_location())
         if value is target:
@@ -690,9 +705,114 @@ class View:
     __hash__ = object.__hash__
 
 
-def _int_or_expr(x):
+INDIRECTION_GROUP = 16  # partitions that share the offsets of a tensor indirection
+
+
+class IndirectView:
+    """``t.indirect(indices, num_elem=n)``: the [P, n] columns of the tile
+    ``t`` (its free dims flattened) at the offsets in ``indices``. Only
+    ``nisa.tensor_copy`` reads one (the simulator's gather instruction);
+    every other use is an NKIError."""
+
+    __slots__ = ("data", "indices", "shape", "loc")
+
+    def __init__(self, data: View, indices, num_elem, loc):
+        if not isinstance(data, View) or data.buf.space == HBM:
+            raise error(
+                "t.indirect(...): tensor indirection selects columns of an SBUF or PSUM "
+                "tile (load the data with nl.load first)",
+                "operand",
+                loc,
+            )
+        if not isinstance(indices, View) or indices.buf.space != SBUF:
+            raise error(
+                "t.indirect(indices): the offsets must be an SBUF tile, got "
+                + (
+                    f"a tile in {SPACE_NAMES[indices.buf.space].upper()}"
+                    if isinstance(indices, View)
+                    else type(indices).__name__
+                ),
+                "operand",
+                loc,
+            )
+        if indices.dtype.name != "uint16":
+            raise error(
+                f"t.indirect(indices): the offsets must be uint16, got {indices.dtype.name}",
+                "dtype",
+                loc,
+            )
+        parts = data.shape[0]
+        if indices.ndim != 2 or indices.shape[0] != parts:
+            raise error(
+                f"t.indirect(indices): the index tile {list(indices.shape)} must be 2-D with "
+                f"the data tile's {parts} partitions",
+                "shape",
+                loc,
+            )
+        if parts % INDIRECTION_GROUP:
+            raise error(
+                f"t.indirect(...): the data tile has {parts} partitions; tensor indirection "
+                f"works on whole groups of {INDIRECTION_GROUP} partitions",
+                "partition-dim",
+                loc,
+            )
+        capacity = INDIRECTION_GROUP * indices.shape[1]
+        n = capacity if num_elem is None else int(num_elem)
+        if not 0 < n <= capacity:
+            raise error(
+                f"t.indirect(..., num_elem={n}): the index tile {list(indices.shape)} holds "
+                f"{capacity} offsets per group of {INDIRECTION_GROUP} partitions",
+                "shape",
+                loc,
+            )
+        self.data = data
+        self.indices = indices
+        self.shape = (parts, n)
+        self.loc = loc
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def is_indirect(self) -> bool:
+        return True
+
+    def unsupported(self, where: str, loc=None) -> NKIError:
+        return error(
+            f"{where} of a tensor indirection (t.indirect(...)) is not supported yet: the "
+            "simulator supports it as the source of nisa.tensor_copy only (copy the "
+            "gathered columns into a tile, then compute on that)",
+            "operand",
+            loc,
+        )
+
+    def __getitem__(self, key):
+        raise self.unsupported("indexing")
+
+    def __setitem__(self, key, value):
+        raise self.unsupported("writing through")
+
+
+def _dynamic_index_error(what: str, loc) -> NKIError:
+    return error(
+        f"{what} is not supported yet: indices are static here (integers, slices, "
+        "nl.arange/nl.mgrid expressions, nl.ds with a constant start); for columns "
+        "chosen at run time use tensor indirection, t.indirect(index_tile, num_elem=n), "
+        "as the source of nisa.tensor_copy",
+        "index",
+        loc,
+    )
+
+
+def _int_or_expr(x, loc=None):
     if isinstance(x, Expr):
         return x
+    if isinstance(x, (View, IndirectView)):
+        raise _dynamic_index_error("indexing with a tensor (dynamic or indirect indexing)", loc)
     try:
         return int(x)
     except TypeError as e:
@@ -713,7 +833,12 @@ def index_view(v: View, key, loc) -> View:
         key = key[:i] + (slice(None),) * fill + key[i + 1 :]
     if len(key) > v.ndim:
         raise error(f"too many indices ({len(key)}) for a tensor of rank {v.ndim}", "index", loc)
-    key = tuple(_int_or_expr(k) if not isinstance(k, (slice, DynSlice, Expr)) else k for k in key)
+    key = tuple(
+        _int_or_expr(k, loc) if not isinstance(k, (slice, DynSlice, Expr)) else k for k in key
+    )
+    for k in key:
+        if isinstance(k, DynSlice) and isinstance(k.start, (View, IndirectView)):
+            raise _dynamic_index_error("nl.ds with a start read from a tensor (a register)", loc)
     nk = len(key)
     advanced = any(isinstance(k, Expr) and k.ndim > 0 for k in key)
     # Each component as an affine expression over the result's positions.

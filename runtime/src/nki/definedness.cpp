@@ -186,10 +186,12 @@ class DefinednessPass {
       case Op::kReduce:
       case Op::kBnStats:
       case Op::kBnAggr:
-      case Op::kScan: {
+      case Op::kScan:
+      case Op::kGather: {
         // Each destination element depends on a set of source elements;
-        // conservatively: a source row (all reduced / scanned elements of a
-        // partition) decides the whole destination row of that partition.
+        // conservatively: a source row (all reduced / scanned / gathered-from
+        // elements of a partition) decides the whole destination row of that
+        // partition.
         const Access& d = in.dst;
         const int64_t P = d.ndim ? d.size[0] : 1;
         // The part of `a` in partition p.

@@ -3,6 +3,7 @@
 // converted from and to the tiles' dtypes.
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "neuron_runtime/nki/access_rows.h"
@@ -33,7 +34,11 @@ class Interpreter {
   }
 
   void run() {
-    for (const Instruction& in : p_.instructions_) step(in);
+    const auto& ins = p_.instructions_;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      index_ = static_cast<int64_t>(i);
+      step(ins[i]);
+    }
   }
 
  private:
@@ -81,6 +86,8 @@ class Interpreter {
         return bnAggr(in);
       case Op::kScan:
         return scan(in);
+      case Op::kGather:
+        return gather(in);
       default:
         return elementwise(in);
     }
@@ -321,8 +328,11 @@ class Interpreter {
     }
   }
 
+  // NKI's order: op0 takes data0 first, the previous result second.
   void scan(const Instruction& in) {
     const Access &a = in.src[0], &b = in.src[1], &dst = in.dst;
+    const Access& init = in.src[2];
+    const bool initial_tile = in.flags & kFlagInitialTile;
     const int64_t P = dst.size[0], F = dst.size[1];
     float* x = buf(1, F);
     float* y = buf(2, F);
@@ -333,8 +343,11 @@ class Interpreter {
       loadRow(dtypeOf(b), address(b, b.offset + p * b.stride[0]), b.stride[1],
               F, y);
       float prev = static_cast<float>(in.imm[0]);
+      if (initial_tile)
+        loadRow(dtypeOf(init), address(init, init.offset + p * init.stride[0]),
+                1, 1, &prev);
       for (int64_t k = 0; k < F; ++k) {
-        prev = aluScalar(in.alu1, aluScalar(in.alu0, prev, x[k]), y[k]);
+        prev = aluScalar(in.alu1, aluScalar(in.alu0, x[k], prev), y[k]);
         out[k] = prev;
       }
       storeRow(dtypeOf(dst), address(dst, dst.offset + p * dst.stride[0]),
@@ -342,7 +355,49 @@ class Interpreter {
     }
   }
 
+  // Tensor indirection: each group of 16 partitions reads its offsets from
+  // its own 16 rows of the index tile, column by column.
+  void gather(const Instruction& in) {
+    const Access &data = in.src[0], &idx = in.src[1], &dst = in.dst;
+    const int64_t P = dst.size[0], N = dst.size[1], C = data.size[1];
+    const int64_t K = (N + kIndirectionGroup - 1) / kIndirectionGroup;
+    float* offsets = buf(1, kIndirectionGroup * K);
+    float* row = buf(2, C);
+    float* out = buf(0, N);
+    for (int64_t g = 0; g < P; g += kIndirectionGroup) {
+      for (int64_t r = 0; r < kIndirectionGroup; ++r)
+        loadRow(dtypeOf(idx),
+                address(idx, idx.offset + (g + r) * idx.stride[0]),
+                idx.stride[1], K, offsets + r * K);
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t r = i % kIndirectionGroup, k = i / kIndirectionGroup;
+        const float o = offsets[r * K + k];
+        if (!(o >= 0 && o < static_cast<float>(C)))
+          throw ProgramError(in.loc, index_,
+                             "tensor indirection: offset " +
+                                 std::to_string(static_cast<int64_t>(o)) +
+                                 " (index tile [" + std::to_string(g + r) +
+                                 ", " + std::to_string(k) + "], element " +
+                                 std::to_string(i) + " of partitions " +
+                                 std::to_string(g) + ".." +
+                                 std::to_string(g + kIndirectionGroup - 1) +
+                                 ") is outside the " + std::to_string(C) +
+                                 " columns of the data tile");
+      }
+      for (int64_t p = g; p < g + kIndirectionGroup; ++p) {
+        loadRow(dtypeOf(data), address(data, data.offset + p * data.stride[0]),
+                data.stride[1], C, row);
+        for (int64_t i = 0; i < N; ++i)
+          out[i] = row[static_cast<int64_t>(
+              offsets[(i % kIndirectionGroup) * K + i / kIndirectionGroup])];
+        storeRow(dtypeOf(dst), address(dst, dst.offset + p * dst.stride[0]),
+                 dst.stride[1], N, out);
+      }
+    }
+  }
+
   const Program& p_;
+  int64_t index_ = 0;  // the instruction running (for run-time errors)
   std::vector<char*> base_;
   std::vector<float> rows_[4];
 };

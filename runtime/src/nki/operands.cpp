@@ -14,8 +14,12 @@ OperandRoles operandRoles(const Instruction& in) {
       r.reads[0] = true;
       break;
     case Op::kTensorTensor:
+    case Op::kGather:  // the data tile and the index tile
+      r.reads[0] = r.reads[1] = true;
+      break;
     case Op::kScan:
       r.reads[0] = r.reads[1] = true;
+      r.reads[2] = (in.flags & kFlagInitialTile) != 0;
       break;
     case Op::kMatmul:
       r.reads[0] = r.reads[1] = true;

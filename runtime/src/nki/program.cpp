@@ -33,7 +33,8 @@ const char* opName(Op op) {
                                 "bn_stats",
                                 "bn_aggr",
                                 "tensor_tensor_scan",
-                                "nc_transpose"};
+                                "nc_transpose",
+                                "tensor indirection"};
   const int k = static_cast<int>(op);
   return k < kOps ? names[k] : "?";
 }
@@ -166,9 +167,37 @@ void Program::checkStructure() const {
             in.dst.size[0] != in.src[0].size[0])
           fail("expects [P, 6k] -> [P, 2]");
         break;
-      case Op::kScan:
-        if (in.dst.ndim != 2) fail("expects 2-D tiles");
-        [[fallthrough]];
+      case Op::kScan: {
+        const Access& d = in.dst;
+        if (d.ndim != 2) fail("expects 2-D tiles");
+        for (int s = 0; s < 2; ++s)
+          if (!sameShape(in.src[s], d))
+            fail("operand shape " + shapeString(in.src[s]) +
+                 " does not match the destination " + shapeString(d));
+        const Access& init = in.src[2];
+        if (roles.reads[2] &&
+            (init.ndim != 2 || init.size[0] != d.size[0] || init.size[1] != 1))
+          fail("the initial values " + shapeString(init) +
+               " are not one per partition of " + shapeString(d));
+        break;
+      }
+      case Op::kGather: {
+        const Access &d = in.dst, &data = in.src[0], &idx = in.src[1];
+        if (d.ndim != 2 || data.ndim != 2 || idx.ndim != 2)
+          fail("expects 2-D tiles");
+        const int64_t P = d.size[0];
+        if (data.size[0] != P || idx.size[0] != P)
+          fail("the data " + shapeString(data) + ", index " + shapeString(idx) +
+               " and destination " + shapeString(d) +
+               " tiles differ in partitions");
+        if (P % kIndirectionGroup != 0)
+          fail("partitions " + std::to_string(P) +
+               " are not whole groups of 16");
+        if (idx.size[1] * kIndirectionGroup < d.size[1])
+          fail("the index tile " + shapeString(idx) + " holds fewer than the " +
+               std::to_string(d.size[1]) + " offsets per group");
+        break;
+      }
       default:
         for (int s = 0; s < 3; ++s)
           if (roles.uses(s) && !sameShape(in.src[s], in.dst))

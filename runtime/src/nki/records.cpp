@@ -30,6 +30,7 @@ const FlagName kFlagNameTable[kFlagNames] = {
     {"accumulate", kFlagAccumulate},    {"reverse0", kFlagReverse0},
     {"reverse1", kFlagReverse1},        {"operand0_imm", kFlagOperand0Imm},
     {"operand1_imm", kFlagOperand1Imm}, {"negate", kFlagNegate},
+    {"initial_tile", kFlagInitialTile},
 };
 
 const char* opRecordName(Op op) {
@@ -37,7 +38,7 @@ const char* opRecordName(Op op) {
       "copy",   "tensor_tensor", "tensor_scalar", "activation",
       "reduce", "matmul",        "iota",          "memset",
       "select", "affine_select", "bn_stats",      "bn_aggr",
-      "scan",   "transpose"};
+      "scan",   "transpose",     "gather"};
   const int k = static_cast<int>(op);
   return k < kOps ? names[k] : "?";
 }

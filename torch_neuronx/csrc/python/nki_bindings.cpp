@@ -14,12 +14,13 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "eager/op_stats.h"
 #include "core/stream.h"
+#include "eager/op_stats.h"
 
 namespace py = pybind11;
 namespace nki = neuron_rt::nki;
@@ -222,23 +223,43 @@ void bindNki(py::module_& m) {
                  "NKI: the kernel takes ", p.externals(), " tensors, got ",
                  addresses.size());
              std::vector<void*> ptrs = addressesOf(addresses);
-             py::gil_scoped_release release;
-             p.run(ptrs.data());
+             try {
+               py::gil_scoped_release release;
+               p.run(ptrs.data());
+             } catch (const nki::ProgramError& e) {
+               raiseProgramError(e);
+             }
            })
       // Queues the run as one work item on the current stream of `device`.
-      .def("launch",
-           [](std::shared_ptr<const nki::Program> p,
-              const std::vector<int64_t>& addresses, int device,
-              const std::string& label) {
-             TORCH_CHECK(
-                 static_cast<int64_t>(addresses.size()) == p->externals(),
-                 "NKI: the kernel takes ", p->externals(), " tensors, got ",
-                 addresses.size());
-             launch(static_cast<c10::DeviceIndex>(device), internLabel(label),
-                    [p = std::move(p), ptrs = addressesOf(addresses)] {
-                      p->run(ptrs.data());
-                    });
-           })
+      // `locations`: the kernel lines by location id, so that an error only
+      // the data reveals (a device error, raised at the next
+      // synchronisation) names the line as well as the kernel.
+      .def(
+          "launch",
+          [](std::shared_ptr<const nki::Program> p,
+             const std::vector<int64_t>& addresses, int device,
+             const std::string& label, std::vector<std::string> locations) {
+            TORCH_CHECK(
+                static_cast<int64_t>(addresses.size()) == p->externals(),
+                "NKI: the kernel takes ", p->externals(), " tensors, got ",
+                addresses.size());
+            launch(static_cast<c10::DeviceIndex>(device), internLabel(label),
+                   [p = std::move(p), ptrs = addressesOf(addresses),
+                    locations = std::move(locations)] {
+                     try {
+                       p->run(ptrs.data());
+                     } catch (const nki::ProgramError& e) {
+                       const int32_t loc = e.loc();
+                       const bool known = loc >= 0 && static_cast<size_t>(loc) <
+                                                          locations.size();
+                       throw std::runtime_error(
+                           (known ? locations[loc] + ": " : std::string()) +
+                           e.what());
+                     }
+                   });
+          },
+          py::arg("addresses"), py::arg("device"), py::arg("label"),
+          py::arg("locations") = std::vector<std::string>())
       .def(
           "profile",
           [](const nki::Program& p, const std::string& target) {

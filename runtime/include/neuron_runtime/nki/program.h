@@ -88,10 +88,20 @@ enum class Op : uint8_t {
   kAffineSelect = 9,  // dst = alu0(src2 (affine), 0) ? src0 : imm0
   kBnStats = 10,      // dst[P,6] = (count, mean, M2, 0, 0, 0) of src0[P,F]
   kBnAggr = 11,       // dst[P,2] = (mean, var) of src0[P, 6k] stats
-  kScan = 12,         // dst[:, j] = alu1(alu0(dst[:, j-1], src0), src1)
-  kTranspose = 13,    // dst[F,P] = src0[P,F] (Tensor engine; dst in PSUM)
+  // dst[:, j] = alu1(alu0(src0[:, j], dst[:, j-1]), src1[:, j]); dst[:, -1]
+  // is imm0, or src2[:, 0] (a [P, 1] tile) with kFlagInitialTile.
+  kScan = 12,
+  kTranspose = 13,  // dst[F,P] = src0[P,F] (Tensor engine; dst in PSUM)
+  // Tensor indirection (NeuronCore-v4): dst[p, i] = src0[p, offset(p, i)],
+  // src0 the data tile [P, C], src1 the index tile [P, K] of column offsets
+  // read at run time. Partitions form groups of 16; in the group starting
+  // at partition g, offset(p, i) = src1[g + i % 16, i / 16]. An offset
+  // outside [0, C) is a ProgramError raised by run().
+  kGather = 14,
 };
-constexpr int kOps = static_cast<int>(Op::kTranspose) + 1;
+constexpr int kOps = static_cast<int>(Op::kGather) + 1;
+// Partitions that share the offsets of a tensor indirection.
+constexpr int64_t kIndirectionGroup = 16;
 
 enum class Alu : uint8_t {
   kBypass = 0,
@@ -163,6 +173,7 @@ constexpr uint32_t kFlagReverse1 = 4;     // tensor_scalar: s1 op x
 constexpr uint32_t kFlagOperand0Imm = 8;  // tensor_scalar s0 / activation scale
 constexpr uint32_t kFlagOperand1Imm = 16;  // tensor_scalar s1 / activation bias
 constexpr uint32_t kFlagNegate = 32;       // reduce: negate the result
+constexpr uint32_t kFlagInitialTile = 64;  // scan: initial values in src2
 
 struct Instruction {
   Op op = Op::kCopy;
@@ -212,6 +223,8 @@ class Program {
 
   // Executes over the external buffers' addresses (externals() of them),
   // on the calling thread. Thread-safe: each call uses its own scratch.
+  // Throws ProgramError for what only the data decides (a tensor
+  // indirection offset out of range); the instructions before it ran.
   void run(void* const* external_addresses) const;
 
   const Profile& profile() const { return profile_; }
