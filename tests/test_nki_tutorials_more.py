@@ -280,3 +280,58 @@ def test_tensor_valued_indices_are_not_supported_yet():
 
     with pytest.raises(NKIError, match=r"nl.ds with a start read from a tensor .* not supported"):
         simulate_kernel(ds_from_register, np.ones((8, 4), np.float32), np.zeros((1, 1), np.int32))
+
+
+# rotary: a sub-kernel writing a [2, par_dim(P), F] block tile, masked tails -------
+@nki.jit
+def _rotate_both(q_tile, k_tile, cos_tile, sin_tile, out_tile):
+    """out_tile[0] = rotate-half(q), out_tile[1] = rotate-half(k): written
+    into the caller's tile (a kernel called from a kernel is inlined)."""
+    half = q_tile.shape[-1] // 2
+    for j, x in enumerate((q_tile, k_tile)):
+        out_tile[j, :, :] = x * cos_tile
+        out_tile[j, :, :half] = out_tile[j, :, :half] + (-1 * x[:, half:] * sin_tile[:, :half])
+        out_tile[j, :, half:] = out_tile[j, :, half:] + (x[:, :half] * sin_tile[:, half:])
+
+
+@nki.jit
+def _rope_qk(q, k, cos, sin):
+    b = nl.program_id(axis=0)
+    h = nl.program_id(axis=1)
+    seq, dim = q.shape[2], q.shape[3]
+    out = nl.ndarray([2] + list(q.shape), dtype=q.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(dim)[None, :]
+    for t in nl.affine_range(0, (seq + 127) // 128):
+        rows = t * nl.tile_size.pmax + i_p
+        keep = rows < seq
+        q_tile = nl.load(q[b, h][rows, i_f], mask=keep)
+        k_tile = nl.load(k[b, h][rows, i_f], mask=keep)
+        cos_tile = nl.load(cos[b][rows, i_f], mask=keep)
+        sin_tile = nl.load(sin[b][rows, i_f], mask=keep)
+        both = nl.ndarray([2, nl.par_dim(128), dim], dtype=q.dtype, buffer=nl.sbuf)
+        _rotate_both(q_tile, k_tile, cos_tile, sin_tile, both)
+        nl.store(out[0, b, h][rows, i_f], both[0, :, :], mask=keep)
+        nl.store(out[1, b, h][rows, i_f], both[1, :, :], mask=keep)
+    return out
+
+
+def _rope_reference(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+@pytest.mark.parametrize("seq", [64, 200])
+def test_rotary_tutorial_style_on_neuron_tensors(seq):
+    batch, heads, dim = 2, 3, 64
+    g = torch.Generator().manual_seed(seq)
+    q, k = (torch.randn(batch, heads, seq, dim, generator=g) for _ in range(2))
+    pos = torch.arange(seq, dtype=torch.float32)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    freqs = torch.outer(pos, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1).expand(batch, seq, dim).contiguous()
+    cos, sin = emb.cos(), emb.sin()
+    out = _rope_qk[batch, heads](*(t.to("neuron") for t in (q, k, cos, sin))).cpu()
+    torch.testing.assert_close(out[0], _rope_reference(q, cos, sin), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[1], _rope_reference(k, cos, sin), rtol=1e-5, atol=1e-5)
