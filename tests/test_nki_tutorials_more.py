@@ -335,3 +335,17 @@ def test_rotary_tutorial_style_on_neuron_tensors(seq):
     out = _rope_qk[batch, heads](*(t.to("neuron") for t in (q, k, cos, sin))).cpu()
     torch.testing.assert_close(out[0], _rope_reference(q, cos, sin), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out[1], _rope_reference(k, cos, sin), rtol=1e-5, atol=1e-5)
+
+
+def test_indirect_destination_scatter_is_not_supported_yet():
+    @nki.jit
+    def scatter(data_tensor, index_tensor):
+        out = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        data = nl.load(data_tensor)
+        idx = nl.load(index_tensor)
+        nisa.tensor_copy(data.indirect(idx, num_elem=16), data)
+        nl.store(out, data)
+        return out
+
+    with pytest.raises(NKIError, match=r"writing through \(a scatter\) of a tensor indirection"):
+        simulate_kernel(scatter, np.ones((32, 16), np.float32), np.zeros((32, 1), np.uint16))

@@ -27,10 +27,12 @@ from .legacy_isa import (  # noqa: F401
     unknown_engine,
     vector_engine,
 )
-from .tracer import PSUM, View, current, error, user_location
+from .tracer import PSUM, IndirectView, View, current, error, user_location
 
 
 def _into(dst, value) -> None:
+    if isinstance(dst, IndirectView):
+        raise dst.unsupported("writing through (a scatter)")
     if not isinstance(dst, View):
         raise error(f"dst must be a tensor, got {type(dst).__name__}", "operand")
     nl._assign(dst, value)
