@@ -154,12 +154,19 @@ def _index_or_none(obj: Any) -> int:
 
 
 def set_device(device: _DeviceLike) -> None:
-    """Makes ``device`` current; -1 is a no-op (as on CUDA)."""
+    """Makes ``device`` current; -1 is a no-op (as on CUDA).
+
+    Like ``torch.cuda.set_device`` (and ``torch.accelerator.set_device_index``) it
+    starts the runtime, so ``is_initialized()`` is True afterwards: FakeTensorMode
+    (DTensor's sharding propagation) gives index-less ``"neuron"`` the current
+    device only when it is, and neuron:0 otherwise.
+    """
     if device is None:
         # As torch.cuda.set_device(None): None is not "the current device" here.
         raise ValueError("set_device() needs a neuron device or index, got None")
     idx = _index_or_none(device)
     if idx >= 0:
+        _lazy_init()
         _C._set_device(idx)
 
 
@@ -171,6 +178,8 @@ class device:
         self.prev_idx = -1
 
     def __enter__(self) -> None:
+        if self.idx >= 0:
+            _lazy_init()  # as set_device (and torch.cuda.device)
         self.prev_idx = _C._exchange_device(self.idx)
 
     def __exit__(self, *exc: object) -> bool:

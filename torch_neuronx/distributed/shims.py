@@ -23,6 +23,17 @@ torch.testing._internal.distributed.fake_pg (the "fake" process group)
     to the devices it already lists; its factory and every other device stay as they
     are.
 
+torch.testing._internal.distributed._tensor.common_dtensor (DTensorTestBase)
+    Upstream's multi-process DTensor test base picks the accelerator's device type and
+    its default backend (``neuron``), but ``DTensorTestBase.init_pg`` refuses every
+    backend outside a fixed list (nccl, gloo, hccl, xccl, ...) unless it is spelled
+    ``cpu:gloo,<device>:<backend>``: "Backend neuron not supported!" for every
+    PrivateUse1 backend (pytorch/pytorch#193438, open, extends the list with the
+    registered PrivateUse1 backend). The shim hands ``init_pg`` the default neuron
+    backend as ``cpu:gloo,neuron:neuron`` (what ``init_process_group()`` gives on
+    neuron) and, as ``init_pg`` does for nccl/xccl, makes the rank's device current.
+    Other backends, devices and the one-process (LocalTensor) base are untouched.
+
 torch.nn.parallel.DistributedDataParallel (bf16 compression hooks)
     ``DDP._check_comm_hook`` refuses ``bf16_compress_hook`` and
     ``bf16_compress_wrapper_hook`` unless the module is on CUDA with NCCL >= 2.10 or on
@@ -48,6 +59,9 @@ def install() -> None:
     patch_default_process_group_backend()
     allow_ddp_bf16_comm_hooks()
     on_import("torch.testing._internal.distributed.fake_pg", fake_process_group_on_neuron)
+    on_import(
+        "torch.testing._internal.distributed._tensor.common_dtensor", dtensor_test_base_on_neuron
+    )
 
 
 def patch_default_process_group_backend() -> None:
@@ -81,6 +95,26 @@ def fake_process_group_on_neuron(fake_pg: ModuleType) -> None:
     dist.Backend.register_backend(
         dist.Backend.FAKE, fake_pg._create_fake_pg, extended_api=True, devices=[*devices, "neuron"]
     )
+
+
+def dtensor_test_base_on_neuron(common_dtensor: ModuleType) -> None:
+    """See the module docstring (DTensorTestBase)."""
+    from .backend import BACKEND_NAME
+
+    base = common_dtensor.DTensorTestBase
+    original = base.init_pg
+    if getattr(original, "_neuron_shim", False):
+        return
+
+    @functools.wraps(original)
+    def init_pg(self: Any, eager_init: bool, backend: str | None = None) -> None:
+        if self.device_type == "neuron" and (backend or self.backend) == BACKEND_NAME:
+            backend = f"cpu:gloo,neuron:{BACKEND_NAME}"
+            torch.accelerator.set_device_index(self.rank)
+        original(self, eager_init, backend)
+
+    init_pg._neuron_shim = True  # type: ignore[attr-defined]
+    base.init_pg = init_pg
 
 
 _BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
