@@ -393,7 +393,13 @@ def test_launch_blocking_runs_each_step_on_its_own(tmp_path):
             print("RAISED AT CALL", "index out of bounds" in str(e))
         """
     )
-    env = {**os.environ, "NEURON_LAUNCH_BLOCKING": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "NEURON_LAUNCH_BLOCKING": "1",
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
+        # the program's own error (with fallback, the eager run's: test_compile_errors.py)
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1",
+    }
     r = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .compile.backend import (
     NEFFCompilationError,
+    NEFFExecutionError,
     create_neuron_backend,
     get_model_name,
     neuron_backend,
@@ -23,6 +24,7 @@ from .compile.metrics import (
 
 __all__ = [
     "NEFFCompilationError",
+    "NEFFExecutionError",
     "NeuronCompilationMetrics",
     "create_neuron_backend",
     "get_dynamo_metrics",

@@ -7,7 +7,12 @@ as one work item per call. ``options`` takes Inductor's options and ``model_name
 (shown in ``torch.neuron.get_dynamo_metrics()``); ``mode`` takes Inductor's modes.
 
 A graph Inductor cannot compile runs eagerly instead, with one warning naming it
-(``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` raises instead).
+(``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` raises NEFFCompilationError instead).
+A compiled graph whose program fails on the device during the call (NEFFExecutionError,
+``errors.py``) runs eagerly for that call, with a warning, as TorchNeuron's does
+(``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` raises it instead) — unless the
+program writes into its inputs: the steps that ran before the failure may have written
+them, and an eager re-run would apply those writes twice, so the error is raised.
 
 CPU tensors (TorchNeuron's CPU autocopy): a graph whose tensors are all on the
 CPU runs on neuron as a whole (``cpu_graph.py``: inputs copied in, outputs on
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -34,17 +40,19 @@ from typing import Any
 import torch
 
 from . import cpu_graph, env_flag, metrics
+from .errors import NEFFCompilationError, NEFFExecutionError
+
+__all__ = [
+    "NEFFCompilationError",
+    "NEFFExecutionError",
+    "create_neuron_backend",
+    "get_model_name",
+    "neuron_backend",
+    "set_model_name",
+]
 
 _NEURON_OPTIONS = ("model_name",)
 _model_name: str | None = None
-
-
-class NEFFCompilationError(RuntimeError):
-    """A graph could not be compiled into a device program (raised instead of
-    running it eagerly when TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION is set).
-
-    TorchNeuron's name, kept for its users' ``except`` clauses: its programs are
-    NEFF files, ours are the C++ kernel libraries Inductor builds."""
 
 
 def set_model_name(name: str | None) -> None:
@@ -148,6 +156,47 @@ def _with_cpu_autocopy(gm, to_copy: dict[int, torch.device], example_inputs, com
     return run
 
 
+def _not_rerun_because(error: NEFFExecutionError) -> str | None:
+    """Why a failed call is not run eagerly instead, if it is not."""
+    if env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"):
+        return "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION is set"
+    if error.writes_inputs:
+        return (
+            "the graph writes into its inputs, and the steps that ran before the failure "
+            "may have written them already (an eager re-run would apply those writes twice)"
+        )
+    return None
+
+
+def _with_execution_fallback(compiled, gm: torch.fx.GraphModule):
+    """``compiled``, with a call whose program fails on the device run eagerly
+    (``gm.forward``) instead: TorchNeuron's fallback execution (module docstring).
+
+    If the eager run fails too (a bad index fails either way), its error is raised,
+    with the NEFFExecutionError as its context (both are in the traceback)."""
+
+    @functools.wraps(compiled)
+    def run(*args):
+        try:
+            return compiled(*args)
+        except NEFFExecutionError as e:
+            reason = _not_rerun_because(e)
+            if reason is not None:
+                e.args = (f"{e.args[0]}\nNot run eagerly instead: {reason}.",)
+                raise
+            from torch._dynamo.utils import counters
+
+            counters["neuron"]["execution_fallbacks"] += 1
+            warnings.warn(
+                f"{str(e).splitlines()[0]}\n{e.graph} runs eagerly instead for this call "
+                "(set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1 to raise NEFFExecutionError)",
+                stacklevel=2,
+            )
+            return gm.forward(*args)
+
+    return run
+
+
 def _config_patches(mode: str | None, options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """Inductor's config patches for ``mode`` and ``options``, and whether graphs
     are captured and replayed (``triton.cudagraphs``, which mode="reduce-overhead"
@@ -220,4 +269,4 @@ def neuron_backend(
         timer.finish(fell_back=True)
         return gm.forward
     timer.finish(fell_back=False)
-    return compiled
+    return _with_execution_fallback(compiled, gm)

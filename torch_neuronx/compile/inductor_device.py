@@ -34,7 +34,7 @@ from torch._inductor.virtualized import V
 # another version are not reused: Inductor's FX graph cache key includes the
 # uuid of each device's registered custom pass (codecache.py,
 # FxGraphHashDetails), and this pass is registered for that alone.
-CODEGEN_VERSION = 2
+CODEGEN_VERSION = 3
 
 
 class NeuronCodegenVersion(CustomGraphModulePass):
@@ -148,7 +148,10 @@ class NeuronPythonWrapperCodegen(_NeuronKernelCalls, PythonWrapperCodegen):
         idxs = [i for i in V.graph.device_idxs if i is not None]
         device = idxs[0] if idxs else torch.neuron.current_device()
         result.writeline(f"_neuron_program = _ProgramLaunch({_program_name()!r}, {device})")
-        result.writeline("call = as_program(call, _neuron_program)")
+        # Whether a failing call may have changed its caller's tensors already
+        # (program.py, as_program): then it is not re-run eagerly.
+        writes_inputs = bool(V.graph.mutated_inputs)
+        result.writeline(f"call = as_program(call, _neuron_program, writes_inputs={writes_inputs})")
 
 
 _registered = False

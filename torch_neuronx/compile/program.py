@@ -5,27 +5,80 @@ device (``torch_neuronx._C._ProgramLaunch``): the graph's C++ kernels and the
 eager ops its wrapper calls (matmuls, fallback ops) are held and queued as ONE
 work item when the call returns — or earlier, if something in the call waits
 for the device (then the program is cut there and goes on after).
+
+A step of the program that fails is a device error. Seen at the next
+synchronisation point, it is a ``RuntimeError`` naming the program and the step.
+Seen during the call — under NEURON_LAUNCH_BLOCKING=1, where each step waits for
+the device, or at a wait that cut the program — it is raised by the call as
+``NEFFExecutionError`` (``errors.py``), which ``backend.py`` may answer with an
+eager run. An error of other work raised during the call (work queued before
+it, a collective) stays what it was.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from .._C import _ProgramLaunch
+from .errors import NEFFExecutionError
 
 __all__ = ["as_program", "ProgramLaunch"]
 
 ProgramLaunch = _ProgramLaunch
 
+# A device error as raisePendingError (csrc/core/stream.cpp) words it; the test
+# test_compile_errors.py::test_device_error_format holds the two together.
+_DEVICE_ERROR = re.compile(
+    r"neuron:(?P<device>\d+): device error in (?P<label>.+?) "
+    r"\(work item (?P<seq>\d+) on stream (?P<stream>\d+)\): (?P<detail>.*)",
+    re.DOTALL,
+)
+# The step of a batched program that failed: "<step> (step 3 of <program>): ...".
+_STEP_OF_BATCH = re.compile(r"(?P<step>.+?) \(step (?P<k>\d+) of .+?\): (?P<detail>.*)", re.DOTALL)
+# What raisePendingError appends outside launch blocking; not true of an error
+# raised at the call.
+_REPORTED_LATER = "\nDevice errors are reported at the next synchronization point"
 
-def as_program(call: Callable, program: _ProgramLaunch) -> Callable:
-    """``call`` (a compiled graph's ``call(args)``) run as one program."""
+
+def execution_error(
+    error: RuntimeError, program: _ProgramLaunch, writes_inputs: bool
+) -> NEFFExecutionError | None:
+    """``error`` (raised during a call of ``program``) as NEFFExecutionError, if it
+    is a device error of one of the call's own steps; else None."""
+    m = _DEVICE_ERROR.match(str(error))
+    if m is None or not program.queued_by_call(int(m["device"]), int(m["stream"]), int(m["seq"])):
+        return None
+    step, detail = m["label"], m["detail"].split(_REPORTED_LATER)[0]
+    if step == program.name:  # the batch: the message names the step inside it
+        inner = _STEP_OF_BATCH.match(detail)
+        if inner is not None:
+            step, detail = f"{inner['step']} (step {inner['k']})", inner["detail"]
+    message = (
+        f"neuron: {program.name} failed on neuron:{m['device']} in {step} "
+        f"(work item {m['seq']} on stream {m['stream']}): {detail}"
+    )
+    return NEFFExecutionError(message, graph=program.name, step=step, writes_inputs=writes_inputs)
+
+
+def as_program(call: Callable, program: _ProgramLaunch, writes_inputs: bool = True) -> Callable:
+    """``call`` (a compiled graph's ``call(args)``) run as one program.
+
+    ``writes_inputs``: the graph writes into tensors its caller passed (an in-place
+    op, an optimizer step, BatchNorm's running statistics); when a step fails, the
+    steps before it may have done so already (code generated before this was known
+    passes nothing: assumed so)."""
     begin, end = program.begin, program.end
 
     def run(args):
         begin()
         try:
             return call(args)
+        except RuntimeError as e:
+            failure = execution_error(e, program, writes_inputs)
+            if failure is None:
+                raise
+            raise failure from e
         finally:
             end()
 

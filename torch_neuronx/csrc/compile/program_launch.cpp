@@ -41,9 +41,12 @@ ProgramLaunch::ProgramLaunch(std::string name, c10::DeviceIndex device)
 
 void ProgramLaunch::begin() {
   ++launches_;
-  if (launchBlocking()) return;
   c10::Stream stream = currentStream(device_);
-  runtimeStream(stream).beginBatch(label_);
+  neuron_rt::Stream& queue = runtimeStream(stream);
+  call_stream_ = queue.id();
+  call_after_ = queue.lastEnqueued();
+  if (launchBlocking()) return;
+  queue.beginBatch(label_);
   open_on_ = stream;
 }
 

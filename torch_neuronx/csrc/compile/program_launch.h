@@ -3,7 +3,10 @@
 // kernels and the eager ops it calls (matmuls, fallbacks) — becomes ONE work
 // item on that stream (a runtime batch; see neuron_runtime/stream.h), named
 // after the program. Errors surface at the next synchronisation naming the
-// program and the step that failed.
+// program and the step that failed; one raised during a call (under
+// NEURON_LAUNCH_BLOCKING=1, or at a host wait that cut the program) is the
+// program's own when queuedByCall() says the failing item is one of its
+// steps (torch_neuronx/compile/program.py turns it into NEFFExecutionError).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -40,6 +43,14 @@ class ProgramLaunch {
   void kernel(void* address, const char* label, std::vector<KernelArg> args,
               std::vector<at::Tensor> keep_alive);
 
+  // Was work item `seq` of `stream` on `device` queued by the last call
+  // (begun by begin())? Items queued before it are not, whatever failed
+  // since: an error of earlier work raised during a call is not the
+  // program's.
+  bool queuedByCall(int device, int stream, uint64_t seq) const {
+    return device == device_ && stream == call_stream_ && seq > call_after_;
+  }
+
   const std::string& name() const { return name_; }
   c10::DeviceIndex device() const { return device_; }
   uint64_t launches() const { return launches_; }
@@ -49,6 +60,8 @@ class ProgramLaunch {
   const char* label_;  // name_, interned
   c10::DeviceIndex device_;
   std::optional<c10::Stream> open_on_;
+  int call_stream_ = -1;     // the stream of the last call
+  uint64_t call_after_ = 0;  // its last item queued before that call
   uint64_t launches_ = 0;
 };
 

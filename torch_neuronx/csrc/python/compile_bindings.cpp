@@ -60,6 +60,8 @@ void bindCompile(py::module_& m) {
       .def("end", &ProgramLaunch::end)
       .def_property_readonly("name", &ProgramLaunch::name)
       .def_property_readonly("launches", &ProgramLaunch::launches)
+      .def("queued_by_call", &ProgramLaunch::queuedByCall, py::arg("device"),
+           py::arg("stream"), py::arg("seq"))
       .def("kernel", [](ProgramLaunch& p, py::handle fn,
                         const std::string& name, py::args args) {
         const KernelEntry e = resolveKernel(fn, name);
