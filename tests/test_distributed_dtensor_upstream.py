@@ -7,6 +7,7 @@ runs them (one spawned process per rank), and in one process under LocalTensorMo
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 from torch.testing._internal.common_utils import run_tests
@@ -58,15 +59,18 @@ class NeuronDTensorTest(DTensorTestBase):
         self.assertEqual((da @ db).full_tensor(), a @ b)
 
     @with_comms
-    def test_mesh_chosen_device_is_what_sharding_propagation_sees(self):
-        # No device was set, so DeviceMesh sets neuron:<rank> (its heuristic for a
-        # device that is not initialized yet). Sharding propagation runs the op on
-        # fake tensors made for index-less "neuron": FakeTensorMode puts them on the
-        # current device only if the device module says it is initialized, else on
-        # neuron:0, and rank 1's op then mixes neuron:0 and neuron:1.
-        mesh = self.build_device_mesh()
+    def test_set_device_is_what_sharding_propagation_sees(self):
+        # Sharding propagation runs each op on fake tensors made for index-less
+        # "neuron" (the mesh's device type). FakeTensorMode puts them on the current
+        # device only if the device module says it is initialized, else on neuron:0:
+        # set_device must start the runtime (as torch.cuda.set_device does), or rank
+        # 1's ops mix neuron:0 and neuron:1.
+        torch.neuron.set_device(self.rank)
         self.assertTrue(torch.neuron.is_initialized())
-        self.assertEqual(torch.neuron.current_device(), self.rank)
+        with FakeTensorMode():
+            fake = torch.empty(2, device=self.device_type)
+        self.assertEqual(fake.device, torch.device("neuron", self.rank))
+        mesh = self.build_device_mesh()
         with torch.device("meta"):
             layer = nn.Linear(5, 8)
         layer = parallelize_module(layer, mesh, ColwiseParallel())
@@ -83,8 +87,8 @@ class NeuronDTensorTest(DTensorTestBase):
 NeuronDTensorTestWithLocalTensor = create_local_tensor_test_class(
     NeuronDTensorTest,
     skipped_tests=[
-        # The fake process group sets no device, and the rank is a LocalIntNode.
-        "test_mesh_chosen_device_is_what_sharding_propagation_sees",
+        # The rank is a LocalIntNode, not a device index.
+        "test_set_device_is_what_sharding_propagation_sees",
     ],
 )
 
