@@ -378,7 +378,7 @@ def test_a_graph_that_fails_to_compile_runs_eagerly_with_one_warning(monkeypatch
         f(x.to(DEV), y.to(DEV))
 
 
-def test_launch_blocking_runs_each_step_on_its_own(tmp_path):
+def test_launch_blocking_runs_each_step_on_its_own():
     code = textwrap.dedent(
         """
         import torch, torch_neuronx
@@ -393,10 +393,11 @@ def test_launch_blocking_runs_each_step_on_its_own(tmp_path):
             print("RAISED AT CALL", "index out of bounds" in str(e))
         """
     )
+    # Inductor's cache is the session's (caching is not what is tested here): its
+    # precompiled header and ISA probe are built already.
     env = {
         **os.environ,
         "NEURON_LAUNCH_BLOCKING": "1",
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
         # the program's own error (with fallback, the eager run's: test_compile_errors.py)
         "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1",
     }
@@ -406,86 +407,92 @@ def test_launch_blocking_runs_each_step_on_its_own(tmp_path):
     assert "RAISED AT CALL True" in r.stdout, r.stdout + r.stderr[-3000:]
 
 
-def test_programs_are_cached_across_processes(tmp_path):
+# One compiled function, run in fresh processes against a cache directory
+# (TORCH_NEURONX_NEFF_CACHE_DIR). Prints the FX graph cache hits and the kernel
+# libraries it built ("main.so"; the CPU's vector-ISA probe is built in every new
+# cache, by design); "save" writes torch.compiler.save_cache_artifacts() to a file,
+# "load" loads such a file before compiling.
+_CACHE_PROBE = """
+import sys, torch, torch_neuronx
+import torch._inductor.cpp_builder as cpp_builder
+from torch._dynamo.utils import counters
+built = []
+build = cpp_builder.CppBuilder.build
+def counting(self, *a, **k):
+    built.append(self.get_target_file_path())
+    return build(self, *a, **k)
+cpp_builder.CppBuilder.build = counting
+mode, path = sys.argv[1:]
+if mode == "load":
+    info = torch.compiler.load_cache_artifacts(open(path, "rb").read())
+    print("LOADED", sorted(info.artifacts))
+f = torch.compile(lambda x, y: (x * y + 1).sin().sum(0), backend="neuron")
+x, y = torch.randn(8, 16), torch.randn(8, 16)
+out = f(x.to("neuron"), y.to("neuron")).cpu()
+assert torch.allclose(out, (x * y + 1).sin().sum(0), atol=1e-5)
+if mode == "save":
+    data, info = torch.compiler.save_cache_artifacts()
+    open(path, "wb").write(data)
+print("HITS", counters["inductor"]["fxgraph_cache_hit"])
+print("KERNELS_BUILT", sum("main.so" in b for b in built))
+"""
+
+
+@pytest.fixture(scope="module")
+def cache_runs(tmp_path_factory):
+    """The cache probe's output, by run: "first" compiles into an empty cache and
+    saves the artifacts; then, side by side (they only read what "first" left),
+    "again" in the same cache, "disabled" in it with TORCH_NEURONX_NEFF_DISABLE_CACHE=1,
+    and "from_artifacts" in another empty cache after loading the artifacts. One cold
+    build (Inductor's precompiled header, the ISA probe, the kernel) for all of them."""
+    tmp = tmp_path_factory.mktemp("compile_cache")
+    artifacts = tmp / "artifacts.bin"
+
+    def job(mode, cache, extra=None):
+        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp / cache), **(extra or {})}
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        return subprocess.Popen(
+            [sys.executable, "-c", _CACHE_PROBE, mode, str(artifacts)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def finish(name, p):
+        try:
+            out, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        assert p.returncode == 0, f"{name} (rc={p.returncode}): {err[-3000:]}"
+        return out
+
+    runs = {"first": finish("first", job("save", "cache"))}
+    later = {
+        "again": job("run", "cache"),
+        "disabled": job("run", "cache", {"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"}),
+        "from_artifacts": job("load", "other"),
+    }
+    runs.update({name: finish(name, p) for name, p in later.items()})
+    runs["cache_dir"] = tmp / "cache"
+    return runs
+
+
+def test_programs_are_cached_across_processes(cache_runs):
     # The second process finds the compiled graph in the cache
     # (TORCH_NEURONX_NEFF_CACHE_DIR); with TORCH_NEURONX_NEFF_DISABLE_CACHE=1 it does not.
-    code = textwrap.dedent(
-        """
-        import torch, torch_neuronx
-        from torch._dynamo.utils import counters
-        f = torch.compile(lambda x: (x.sin() * 3).sum(1), backend="neuron")
-        x = torch.arange(12.0).reshape(3, 4)
-        out = f(x.to("neuron")).cpu()
-        assert torch.allclose(out, (x.sin() * 3).sum(1))
-        print("HITS", counters["inductor"]["fxgraph_cache_hit"])
-        """
-    )
-    env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "cache")}
-    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-
-    def run(extra=None):
-        r = subprocess.run(
-            [sys.executable, "-c", code],
-            env={**env, **(extra or {})},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert r.returncode == 0, r.stderr[-3000:]
-        return r.stdout
-
-    assert "HITS 0" in run()
-    assert "HITS 1" in run()
-    assert "HITS 0" in run({"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"})
-    assert (tmp_path / "cache").is_dir()
+    assert "HITS 0" in cache_runs["first"], cache_runs["first"]
+    assert "HITS 1" in cache_runs["again"], cache_runs["again"]
+    assert "HITS 0" in cache_runs["disabled"], cache_runs["disabled"]
+    assert cache_runs["cache_dir"].is_dir()
 
 
-def test_cache_artifacts_carry_the_built_programs(tmp_path):
+def test_cache_artifacts_carry_the_built_programs(cache_runs):
     # A process that loads torch.compiler.save_cache_artifacts() from another one into
     # an empty cache builds no kernel library (they travel as "neuron_neff" artifacts).
-    code = textwrap.dedent(
-        """
-        import sys, torch, torch_neuronx
-        import torch._inductor.cpp_builder as cpp_builder
-        built = []
-        build = cpp_builder.CppBuilder.build
-        def counting(self, *a, **k):
-            built.append(self.get_target_file_path())
-            return build(self, *a, **k)
-        cpp_builder.CppBuilder.build = counting
-        mode, path = sys.argv[1:]
-        if mode == "load":
-            info = torch.compiler.load_cache_artifacts(open(path, "rb").read())
-            print("LOADED", sorted(info.artifacts))
-        f = torch.compile(lambda x, y: (x * y + 1).sin().sum(0), backend="neuron")
-        x, y = torch.randn(8, 16), torch.randn(8, 16)
-        out = f(x.to("neuron"), y.to("neuron")).cpu()
-        assert torch.allclose(out, (x * y + 1).sin().sum(0), atol=1e-5)
-        if mode == "save":
-            data, info = torch.compiler.save_cache_artifacts()
-            open(path, "wb").write(data)
-        # The CPU's vector-ISA probe is built in every new cache, by design.
-        print("KERNELS_BUILT", sum("main.so" in b for b in built))
-        """
-    )
-    artifacts = tmp_path / "artifacts.bin"
-
-    def run(mode, cache):
-        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / cache)}
-        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        r = subprocess.run(
-            [sys.executable, "-c", code, mode, str(artifacts)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert r.returncode == 0, r.stderr[-3000:]
-        return r.stdout
-
-    saved = run("save", "first")
+    saved, loaded = cache_runs["first"], cache_runs["from_artifacts"]
     assert "KERNELS_BUILT 0" not in saved, saved
-    loaded = run("load", "second")
     assert "neuron_neff" in loaded and "inductor" in loaded, loaded
     assert "KERNELS_BUILT 0" in loaded, loaded
 

@@ -1,11 +1,15 @@
 """Forked children: a clear error once the parent started the runtime; spawn works.
 
-Each scenario runs in its own interpreter (forking the pytest process, whose runtime
-threads are running, is not something a test should do).
+The scenarios run in one fresh interpreter, once per module (forking the pytest
+process, whose runtime threads are running, is not something a test should do): a
+child forked before the runtime started, then, once the parent started it, an
+os.fork child, a multiprocessing fork child, a spawned child and DataLoader fork
+workers. The tests read its report.
 """
 
 import json
 
+import pytest
 import torch
 
 SCRIPT = r"""
@@ -15,6 +19,7 @@ import os
 import sys
 
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 
 def use_neuron(q):
@@ -71,31 +76,60 @@ def os_fork():
     return r
 
 
+class Squares(Dataset):
+    def __init__(self, touch_device=False):
+        self.touch_device = touch_device
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if self.touch_device:
+            torch.ones(1, device="neuron")  # not allowed in a forked worker
+        return torch.tensor([float(i * i)])
+
+
+def data_loading():
+    w = torch.ones(1, device="neuron")
+    total = torch.zeros(1, device="neuron")
+    # Forked workers that only make CPU batches are fine (the usual data loading).
+    for batch in DataLoader(Squares(), batch_size=4, num_workers=2,
+                            multiprocessing_context="fork"):
+        total += batch.to("neuron").sum() * w
+    r = {"total": total.item()}
+    try:
+        list(DataLoader(Squares(touch_device=True), batch_size=4, num_workers=1,
+                        multiprocessing_context="fork", timeout=120))
+        r["worker_error"] = None
+    except RuntimeError as e:
+        r["worker_error"] = str(e)
+    r["parent_still_works"] = (w * 3).tolist()
+    return r
+
+
 if __name__ == "__main__":
-    scenario = sys.argv[1]
-    r = {}
-    if scenario == "fork_before_init":
-        r["mp_fork"] = run_in("fork")
-    else:
-        torch.ones(1, device="neuron").sum().item()  # the parent starts the runtime
-        r["os_fork"] = os_fork()
-        r["mp_fork"] = run_in("fork")
-        r["spawn"] = run_in("spawn")
+    # Forking before the runtime started is fine: the child starts its own.
+    r = {"before_init": {"mp_fork": run_in("fork")}}
+    torch.ones(1, device="neuron").sum().item()  # the parent starts the runtime
+    r["before_init"]["parent_still_works"] = (torch.ones(3, device="neuron") + 1).tolist()
+    r["os_fork"] = os_fork()
+    r["mp_fork"] = run_in("fork")
+    r["spawn"] = run_in("spawn")
     r["parent_still_works"] = (torch.ones(3, device="neuron") + 1).tolist()
+    r["data_loading"] = data_loading()
     print(json.dumps(r))
 """
 
 
-def _run(tmp_path, run_py_many, scenarios):
-    script = tmp_path / "fork_script.py"
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, run_py, check):
+    script = tmp_path_factory.mktemp("fork") / "fork_script.py"  # spawn needs a file
     script.write_text(SCRIPT)
-    return run_py_many([(str(script), None, [s]) for s in scenarios])
+    return json.loads(check(run_py(str(script), timeout=240)).splitlines()[-1])
 
 
-def test_fork_after_init_and_spawn(tmp_path, run_py_many, check):
-    after, before = _run(tmp_path, run_py_many, ["after_init", "fork_before_init"])
-    r = json.loads(check(after).splitlines()[-1])
-
+def test_fork_after_init_and_spawn(report):
+    r = report
     child = r["os_fork"]
     assert child["status"] == 0, "the forked child crashed"
     for use in ("tensor", "synchronize", "to", "memory_fraction", "mem_get_info"):
@@ -116,7 +150,7 @@ def test_fork_after_init_and_spawn(tmp_path, run_py_many, check):
     assert r["parent_still_works"] == [2.0, 2.0, 2.0]
 
     # Forking before the runtime started is fine: the child starts its own.
-    rb = json.loads(check(before).splitlines()[-1])
+    rb = r["before_init"]
     assert rb["mp_fork"] == {"ok": 12.0, "exitcode": 0}
     assert rb["parent_still_works"] == [2.0, 2.0, 2.0]
 
@@ -125,49 +159,8 @@ def test_in_bad_fork_flag_is_false_in_a_normal_process():
     assert torch.neuron._is_in_bad_fork() is False
 
 
-DATALOADER_SCRIPT = r"""
-import json
-
-import torch
-from torch.utils.data import DataLoader, Dataset
-
-
-class Squares(Dataset):
-    def __init__(self, touch_device=False):
-        self.touch_device = touch_device
-
-    def __len__(self):
-        return 16
-
-    def __getitem__(self, i):
-        if self.touch_device:
-            torch.ones(1, device="neuron")  # not allowed in a forked worker
-        return torch.tensor([float(i * i)])
-
-
-if __name__ == "__main__":
-    w = torch.ones(1, device="neuron")  # the parent starts the runtime first
-    total = torch.zeros(1, device="neuron")
-    # Forked workers that only make CPU batches are fine (the usual data loading).
-    for batch in DataLoader(Squares(), batch_size=4, num_workers=2,
-                            multiprocessing_context="fork"):
-        total += batch.to("neuron").sum() * w
-    r = {"total": total.item()}
-    try:
-        list(DataLoader(Squares(touch_device=True), batch_size=4, num_workers=1,
-                        multiprocessing_context="fork", timeout=120))
-        r["worker_error"] = None
-    except RuntimeError as e:
-        r["worker_error"] = str(e)
-    r["parent_still_works"] = (w * 3).tolist()
-    print(json.dumps(r))
-"""
-
-
-def test_dataloader_fork_workers_after_init(tmp_path, run_py, check):
-    script = tmp_path / "loader.py"
-    script.write_text(DATALOADER_SCRIPT)
-    r = json.loads(check(run_py(str(script), timeout=180)).splitlines()[-1])
+def test_dataloader_fork_workers_after_init(report):
+    r = report["data_loading"]
     assert r["total"] == float(sum(i * i for i in range(16)))
     msg = r["worker_error"]
     assert msg is not None, "a forked worker used the device"

@@ -316,11 +316,9 @@ print(sum(float(v.sum().cpu()) for v in vals))
 """
 
 
-def test_same_values_with_and_without_launch_blocking(run_py, check, busy_src, tmp_path):
+def test_same_values_with_and_without_launch_blocking(run_py_many, check, busy_src):
     src = _SAME_VALUES_SRC.format(busy=busy_src)
-    outs = [
-        check(run_py(src, env=env)).strip()
-        for env in ({}, {"NEURON_LAUNCH_BLOCKING": "1"}, {"NEURON_RT_VISIBLE_CORES": "1"})
-    ]
+    envs = ({}, {"NEURON_LAUNCH_BLOCKING": "1"}, {"NEURON_RT_VISIBLE_CORES": "1"})
+    outs = [check(r).strip() for r in run_py_many([(src, env) for env in envs])]
     assert outs[0] == outs[1] == outs[2]
     assert math.isfinite(float(outs[0]))

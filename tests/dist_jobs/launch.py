@@ -84,6 +84,8 @@ def run_ranks(
     completed = [
         subprocess.CompletedProcess(p.args, p.returncode, *results[i]) for i, p in enumerate(procs)
     ]
+    for c, p in zip(completed, procs, strict=True):
+        c.pid = p.pid  # for segments_created_by
     if timed_out:
         details = "\n".join(
             f"--- rank {i} (rc={c.returncode})\n{c.stdout[-2000:]}\n{c.stderr[-4000:]}"
@@ -91,6 +93,26 @@ def run_ranks(
         )
         raise AssertionError(f"ranks {timed_out} did not finish in time\n{details}")
     return completed
+
+
+def segments_created_by(results: list[subprocess.CompletedProcess]) -> list[str]:
+    """The shared-memory segments in /dev/shm that the ranks of a finished job created
+    and left behind (a segment's prologue holds its creator's pid after a 4-byte
+    magic and a 4-byte version). Other jobs' segments, even while they run, are not
+    counted."""
+    pids = {r.pid for r in results}
+    left = []
+    for name in os.listdir("/dev/shm"):
+        if not name.startswith("tnx-"):
+            continue
+        try:
+            with open(os.path.join("/dev/shm", name), "rb") as f:
+                head = f.read(12)
+        except OSError:
+            continue  # unlinked meanwhile: not left behind
+        if len(head) == 12 and int.from_bytes(head[8:12], "little", signed=True) in pids:
+            left.append(name)
+    return left
 
 
 def check_all_ok(results: list[subprocess.CompletedProcess]) -> list[str]:
