@@ -109,18 +109,17 @@ def _drain_at_exit() -> None:
 
 neuron = _register()
 
-# Every torch.neuron.<name> is also torch_neuronx.<name>; the package's own
-# names besides.
+# Every torch.neuron.<name> is also torch_neuronx.<name> (bound now: some, like
+# `device`, would otherwise be found as the submodule of the same name); the
+# package's own names besides.
+globals().update({name: getattr(neuron, name) for name in neuron.__all__})
 _OP_TRACKING = ("clear_op_stats", "clear_op_tracking", "get_executed_ops", "get_fallback_ops")
 __all__ = [*neuron.__all__, *_OP_TRACKING, "neuron"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    device_module = globals().get("neuron")  # None while _register() runs
-    if device_module is not None and name in device_module.__all__:
-        value = getattr(device_module, name)
-    elif name in _OP_TRACKING:
+    if name in _OP_TRACKING:
         from . import op_stats
 
         value = getattr(op_stats, name)
