@@ -1,10 +1,37 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs all tests: the runtime's GoogleTest suite
 # (ctest) and the pytest suites (features and the OpInfo differential suite).
+#
+# The pytest suites run as two pytest sessions side by side (one per CPU): the
+# tests that start torch.distributed jobs (ranks in their own interpreters; the
+# only ones that create shared-memory segments, which some of them check are
+# gone afterwards), plus test_compile.py to even out the two, in one; everything
+# else in the other. Each prints its own report; the multi-process one is printed
+# when both are done. Extra arguments are pytest options for both sessions. On a
+# single CPU, one session runs all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "== ctest (runtime)"
 ctest --test-dir build/runtime --output-on-failure
 echo "== pytest"
-python3 -m pytest -q tests "$@"
+MULTI_PROCESS=(tests/test_distributed_*.py tests/test_hf_ecosystem.py tests/test_rng_tensor_modes.py
+  tests/test_compile.py)
+if [ "$(nproc)" -lt 2 ]; then
+  python3 -m pytest -q tests "$@"
+  exit
+fi
+log=$(mktemp /tmp/pytest-multi-process.XXXXXX.log)
+python3 -m pytest -q "${MULTI_PROCESS[@]}" "$@" >"$log" 2>&1 &
+multi=$!
+trap 'kill "$multi" 2>/dev/null || true' INT TERM
+ignore=()
+for f in "${MULTI_PROCESS[@]}"; do ignore+=("--ignore=$f"); done
+rest_rc=0
+python3 -m pytest -q tests "${ignore[@]}" "$@" || rest_rc=$?
+multi_rc=0
+wait "$multi" || multi_rc=$?
+echo "== pytest (multi-process jobs: ${MULTI_PROCESS[*]})"
+cat "$log"
+rm -f "$log"
+[ "$rest_rc" -eq 0 ] && [ "$multi_rc" -eq 0 ]
