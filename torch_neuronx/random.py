@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,13 @@ def _generator(device: _DeviceLike = None) -> torch.Generator:
 # device index -> its default generator, as a torch.Generator (CUDA keeps the
 # same objects in torch.cuda.default_generators).
 _DEFAULT_GENERATORS: dict[int, torch.Generator] = {}
+
+
+@functools.cache
+def _state_bytes() -> int:
+    # The generator's own layout, asked once (set_rng_state runs per op and per
+    # rank under LocalTensorMode).
+    return _generator().get_state().numel()
 
 
 def default_generators() -> tuple[torch.Generator, ...]:
@@ -102,7 +110,7 @@ def _check_state(new_state: Any) -> torch.Tensor:
         )
     if new_state.dtype != torch.uint8:
         raise TypeError(f"RNG state must be a torch.uint8 tensor, got {new_state.dtype}")
-    expected = _generator().get_state().numel()  # the generator's own layout
+    expected = _state_bytes()
     if new_state.numel() != expected:
         raise ValueError(
             f"neuron RNG state must have {expected} bytes (uint64 seed, int64 offset), "
