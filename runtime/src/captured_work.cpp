@@ -5,6 +5,7 @@
 #include <string>
 
 #include "neuron_runtime/status.h"
+#include "neuron_runtime/trace.h"
 
 namespace neuron_rt {
 
@@ -15,11 +16,26 @@ void CapturedWork::run(const char* label) const {
       return std::string(s.label) + " (step " + std::to_string(i + 1) + " of " +
              label + "): ";
     };
+    const bool traced = tracingRunningItem();
+    const int64_t start = traced ? nowNs() : 0;
+    int64_t outer_estimate = -1;
+    if (traced) {  // a step's own estimate (an NKI kernel's) is the step's
+      outer_estimate = runningItem().estimate_ns;
+      runningItem().estimate_ns = -1;
+    }
     try {
       if (s.task)
         s.task->run();
       else
         s.fn();
+      if (traced) {
+        ItemNote note = s.note;
+        if (!note.set) note.category = ItemCategory::kStep;
+        if (runningItem().estimate_ns >= 0)
+          note.estimate_ns = runningItem().estimate_ns;
+        runningItem().estimate_ns = outer_estimate;
+        traceChild(s.label, start, nowNs(), std::move(note));
+      }
     } catch (const Error& e) {
       throw Error(e.status(), where() + e.what());
     } catch (const std::exception& e) {

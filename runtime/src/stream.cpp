@@ -104,6 +104,7 @@ uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
   return append(label, kind, std::move(fn), nullptr);
 }
 
+
 uint64_t Stream::enqueue(const char* label, TaskPtr task, ItemKind kind) {
   return append(label, kind, nullptr, std::move(task));
 }
@@ -128,6 +129,10 @@ void Stream::beginBatch(const char* label) {
   flushBatch();
   std::lock_guard<std::mutex> g(batch_mu_);
   batch_label_ = label;
+  if (tracing()) {
+    batch_note_ = takePendingNote();
+    if (!batch_note_.set) batch_note_.category = ItemCategory::kProgram;
+  }
   batching_.store(true, std::memory_order_release);
 }
 
@@ -140,31 +145,54 @@ void Stream::endBatch() {
 void Stream::flushBatch() {
   std::vector<Held> held;
   const char* label;
+  ItemNote note;
   {
     std::lock_guard<std::mutex> g(batch_mu_);
     if (held_.empty()) return;
     held.swap(held_);
     label = batch_label_;
+    note = batch_note_;  // a batch flushed early and resumed: same program
   }
   auto batch = std::make_unique<BatchTask>(label);
   for (Held& h : held)
-    batch->work().add(h.label, std::move(h.fn), std::move(h.task));
-  link(label, ItemKind::kCompute, nullptr, std::move(batch));
+    batch->work().add(h.label, std::move(h.fn), std::move(h.task),
+                      std::move(h.note));
+  link(label, ItemKind::kCompute, nullptr, std::move(batch),
+       tracing() ? &note : nullptr);
 }
 
+namespace {
+
+ItemNote noteFor(ItemKind kind) {
+  ItemNote note = takePendingNote();
+  if (!note.set) {
+    if (kind == ItemKind::kMarker) note.category = ItemCategory::kMarker;
+    if (kind == ItemKind::kCopy) note.category = ItemCategory::kCopy;
+  }
+  return note;
+}
+
+}  // namespace
+
 uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
+  // The host's description of the item, taken before anything else queues.
+  ItemNote note;
+  const bool traced = tracing();
+  if (traced) note = noteFor(kind);
   if (batching_.load(std::memory_order_acquire)) {
     if (kind != ItemKind::kMarker) {
       std::lock_guard<std::mutex> g(batch_mu_);
       if (batching_.load(std::memory_order_relaxed)) {
-        held_.push_back(Held{label, kind, std::move(fn), std::move(task)});
+        held_.push_back(Held{label, kind, std::move(fn), std::move(task),
+                             std::move(note)});
         return enqueued_.load(std::memory_order_acquire);
       }
     } else {
       flushBatch();  // the marker goes after what was held
     }
   }
-  return link(label, kind, std::move(fn), std::move(task));
+  return link(label, kind, std::move(fn), std::move(task),
+              traced ? &note : nullptr);
 }
 
 void Stream::beginCapture(uint64_t id) {
@@ -233,13 +261,15 @@ uint64_t Stream::replay(std::shared_ptr<const CapturedWork> work,
                 std::make_unique<ReplayTask>(std::move(work), label));
 }
 
-uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
+uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task,
+                      ItemNote* note) {
   if (capturing()) {
     if (kind == ItemKind::kMarker)
       throwIfCapturing(label);  // an event record or wait
     std::lock_guard<std::mutex> g(capture_mu_);
     if (capture_) {
-      capture_->add(label, std::move(fn), std::move(task));
+      capture_->add(label, std::move(fn), std::move(task),
+                    note ? std::move(*note) : ItemNote{});
       return enqueued_.load(std::memory_order_acquire);
     }
   }
@@ -248,6 +278,7 @@ uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
   node->kind = kind;
   node->fn = std::move(fn);
   node->task = std::move(task);
+  if (note) node->note = std::move(*note);
   uint64_t seq;
   Reclaimed reclaimed;  // destroyed after the lock is released
   {
@@ -304,7 +335,8 @@ void Stream::workerLoop() {
     }
     bool skip = item->kind != ItemKind::kMarker &&
                 poisoned_.load(std::memory_order_acquire);
-    int64_t start = trace_ && trace_->enabled() ? nowNs() : 0;
+    int64_t start = tracing() ? nowNs() : 0;
+    if (start) runningItem() = RunningItem{trace_, device_, id_, item->seq};
     if (!skip) {
       try {
         if (item->task)
@@ -331,8 +363,13 @@ void Stream::workerLoop() {
       }
     }
     if (start) {
-      trace_->add(TraceRecord{device_, id_, item->seq, item->label, start,
-                              nowNs(), skip});
+      TraceRecord rec{device_, id_, item->seq, item->label, start, nowNs(),
+                      skip, 0, -1, {}};
+      rec.note = std::move(item->note);
+      if (runningItem().estimate_ns >= 0)
+        rec.note.estimate_ns = runningItem().estimate_ns;
+      runningItem() = RunningItem{};
+      trace_->add(std::move(rec));
     }
     const uint64_t seq = item->seq;
     cur = item;  // from here on the worker reads only cur->next

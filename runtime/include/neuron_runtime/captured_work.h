@@ -19,14 +19,17 @@ class CapturedWork {
     const char* label;
     Stream::Fn fn;
     TaskPtr task;  // instead of fn
+    ItemNote note;  // what the host said of it (while tracing)
   };
 
   explicit CapturedWork(uint64_t id) : id_(id) {}
   CapturedWork(const CapturedWork&) = delete;
   CapturedWork& operator=(const CapturedWork&) = delete;
 
-  void add(const char* label, Stream::Fn fn, TaskPtr task) {
-    steps_.push_back(Step{label, std::move(fn), std::move(task)});
+  void add(const char* label, Stream::Fn fn, TaskPtr task,
+           ItemNote note = {}) {
+    steps_.push_back(
+        Step{label, std::move(fn), std::move(task), std::move(note)});
   }
 
   uint64_t id() const { return id_; }
@@ -35,6 +38,7 @@ class CapturedWork {
 
   // Runs every step in order; a failing one ends the run, and the error
   // names the step and `label` (the batch or graph): "step (3 of label)".
+  // While the item running it is traced, each step is a child record.
   void run(const char* label) const;
 
  private:

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "neuron_runtime/status.h"
+#include "neuron_runtime/trace.h"
 
 namespace neuron_rt {
 
-class Trace;
 class CapturedWork;
 
 enum class ItemKind : uint8_t {
@@ -142,10 +142,13 @@ class Stream {
     ItemKind kind = ItemKind::kCompute;
     Fn fn;
     TaskPtr task;  // instead of fn
+    ItemNote note;  // filled only while tracing
   };
 
   uint64_t append(const char* label, ItemKind kind, Fn fn, TaskPtr task);
-  uint64_t link(const char* label, ItemKind kind, Fn fn, TaskPtr task);
+  uint64_t link(const char* label, ItemKind kind, Fn fn, TaskPtr task,
+              ItemNote* note);
+  bool tracing() const { return trace_ && trace_->enabled(); }
   // Queues the held items (if any) as one item.
   void flushBatch();
   struct Held {
@@ -153,6 +156,7 @@ class Stream {
     ItemKind kind;
     Fn fn;
     TaskPtr task;
+    ItemNote note;
   };
   // Detaches what finished items hold (under append_mu_); the caller
   // destroys it outside the lock. What a work item captures is allocated by
@@ -201,6 +205,7 @@ class Stream {
   std::atomic<bool> batching_{false};
   mutable std::mutex batch_mu_;  // the fields below
   const char* batch_label_ = "";
+  ItemNote batch_note_;  // the program that began the batch (while tracing)
   std::vector<Held> held_;
 
   std::atomic<uint64_t> capture_id_{0};

@@ -1,17 +1,52 @@
-// Work-item trace: start/end time and label of each executed item.
+// Work-item trace: what each executed item was, when it ran, and what the
+// host knew of it when it queued it (the profiler's device timeline).
 //
 // Off by default; when enabled each stream worker appends one record per
-// item. The profiler reads these records; tests use them to check ordering
-// and concurrency.
+// item, and one per child of an item (a compiled program's steps, an NKI
+// kernel's engines). The host describes the item it is about to queue in a
+// per-thread ItemNote (the host op's correlation id, its work and traffic);
+// the stream moves that note into the item when it is queued. With tracing
+// off none of this runs: queueing an item reads one relaxed atomic.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace neuron_rt {
+
+// What kind of device work an item is (the timeline's categories).
+enum class ItemCategory : uint8_t {
+  kCompute,     // an eager op's kernel
+  kCopy,        // a copy between host and device or between devices
+  kMarker,      // an event record or wait
+  kCollective,  // a collective or point-to-point transfer
+  kProgram,     // a compiled program (its steps are children)
+  kKernel,      // an NKI kernel (its engines are children)
+  kStep,        // a step of a program, batch or replayed graph
+  kEngine,      // an engine's busy time inside an NKI kernel (estimate only)
+};
+const char* categoryName(ItemCategory c);
+
+// What the host knows about an item when it queues it.
+struct ItemNote {
+  uint64_t correlation = 0;  // the profiler's id of the host op queueing it
+  int64_t queued_ns = 0;     // steady clock, when the host queued it
+  int32_t host_thread = 0;   // the queueing thread's system id
+  double flops = 0;          // arithmetic work (estimate's compute side)
+  double bytes = 0;          // device-memory traffic (estimate's memory side)
+  int64_t estimate_ns = -1;  // estimated Trainium time; -1: not known
+  bool tensor_engine = false;  // its flops run on the systolic array
+  int element_bytes = 4;       // the dtype the flops are in
+  ItemCategory category = ItemCategory::kCompute;
+  bool set = false;  // the host described the item (category, work)
+  // Free-form "key=value;key=value" facts (a collective's group, size,
+  // peers, sequence number). Shared: a replayed graph reuses its steps'.
+  std::shared_ptr<const std::string> detail;
+};
 
 struct TraceRecord {
   int device;
@@ -21,6 +56,11 @@ struct TraceRecord {
   int64_t start_ns;   // steady clock
   int64_t end_ns;
   bool skipped;  // not run because its stream was poisoned
+  // 0 for an item; for a child, its item's seq (a child is recorded while
+  // its item runs, so before the item's own record).
+  uint64_t parent_seq = 0;
+  int child_index = -1;  // position among its item's children
+  ItemNote note;
 };
 
 class Trace {
@@ -29,7 +69,7 @@ class Trace {
 
   void enable(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
-  void add(const TraceRecord& r);
+  void add(TraceRecord r);
   // Returns and clears the records collected so far.
   std::vector<TraceRecord> drain();
   uint64_t dropped() const { return dropped_; }
@@ -42,5 +82,41 @@ class Trace {
 };
 
 int64_t nowNs();
+
+// ---- host side: describing the next item ----------------------------------
+
+// The correlation id of the host op running on this thread (the profiler
+// pushes one when an op starts and pops it when it ends); 0 outside one.
+void pushCorrelation(uint64_t id);
+void popCorrelation();
+uint64_t currentCorrelation();
+
+// The note the next item queued from this thread takes (then reset). Callers
+// fill it only while tracing is enabled.
+ItemNote& pendingNote();
+// Moves the pending note out (with this thread's correlation and the time).
+ItemNote takePendingNote();
+
+// ---- worker side: children of the running item ----------------------------
+
+// While a traced item runs on a worker, children record themselves against
+// it: a program's steps (measured) and an NKI kernel's engines (estimated).
+// Both are no-ops when the running item is not traced.
+bool tracingRunningItem();
+void traceChild(const char* label, int64_t start_ns, int64_t end_ns,
+                ItemNote note);
+// Sets the running item's estimate (an NKI kernel's cost model).
+void setRunningItemEstimate(int64_t estimate_ns);
+
+// Used by Stream's worker: the item whose children are being recorded.
+struct RunningItem {
+  Trace* trace = nullptr;
+  int device = 0;
+  int stream = 0;
+  uint64_t seq = 0;
+  int children = 0;
+  int64_t estimate_ns = -1;
+};
+RunningItem& runningItem();
 
 }  // namespace neuron_rt

@@ -24,6 +24,7 @@ void bindDistributed(py::module_& m);
 void bindCompile(py::module_& m);
 void bindNki(py::module_& m);
 void bindGraphs(py::module_& m);
+void bindProfiler(py::module_& m);
 }  // namespace torch_neuronx
 
 namespace {
@@ -147,4 +148,5 @@ PYBIND11_MODULE(_C, m) {
   bindGraphs(m);
   bindCompile(m);
   bindNki(m);
+  bindProfiler(m);
 }

@@ -1,0 +1,57 @@
+// An estimate of how long a device item would take on a real NeuronCore:
+// the profiler's "estimated Trainium time" for items other than NKI kernels
+// (those have the simulator's per-engine cost model, nki/cost_model.h).
+//
+// Roofline: an item takes the longer of its arithmetic (flops against the
+// engine's peak for its dtype) and its memory traffic (bytes against the
+// core's share of HBM bandwidth), plus a fixed latency (DMA setup and
+// completion, the cost model's figure). Collectives: a ring over the ranks
+// (bytes each rank sends against the link bandwidth, plus a latency per
+// hop). The constants are the vendors' published per-chip figures divided
+// by the chip's cores; docs/profiling.md lists them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace neuron_rt {
+
+struct TrainiumModel {
+  std::string name;             // "trn2" (NeuronCore-v3), "trn1" (v2)
+  double tensor_bf16_flops_per_ns;  // per core, dense bf16/fp16
+  double tensor_fp32_flops_per_ns;  // per core
+  double vector_elems_per_ns;       // Vector/Scalar engines, elementwise
+  double hbm_bytes_per_ns;          // per core
+  double link_bytes_per_ns;         // collective bandwidth per core
+  double fixed_ns;                  // per item: DMA setup and completion
+  double hop_latency_ns;            // per ring step of a collective
+};
+
+const TrainiumModel& trn2Model();
+const TrainiumModel& trn1Model();
+// The model estimates are made with: TORCH_NEURONX_PROFILE_TARGET ("trn2",
+// the default, or "trn1"), or the last setTrainiumTarget().
+const TrainiumModel& trainiumModel();
+// Selects the model by name; false (and no change) for an unknown name.
+bool setTrainiumTarget(const std::string& name);
+
+// An op's estimate: flops on the systolic array (tensor_engine) or the
+// vector engines, `bytes` of HBM traffic, in a dtype of `element_bytes`.
+int64_t rooflineNs(double flops, double bytes, bool tensor_engine,
+                   int element_bytes, const TrainiumModel& m = trainiumModel());
+
+enum class CollectiveShape {
+  kAllReduce,      // reduce-scatter then all-gather
+  kAllGather,      // bytes: the gathered result
+  kReduceScatter,  // bytes: the input
+  kAllToAll,
+  kBroadcast,
+  kReduce,
+  kPointToPoint,   // send / recv
+  kBarrier,
+};
+// `bytes`: the collective's tensor size on one rank; `ranks`: group size.
+int64_t collectiveNs(CollectiveShape shape, double bytes, int ranks,
+                     const TrainiumModel& m = trainiumModel());
+
+}  // namespace neuron_rt

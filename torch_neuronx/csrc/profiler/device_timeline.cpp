@@ -1,0 +1,157 @@
+#include "profiler/device_timeline.h"
+
+#include <neuron_runtime/trainium_estimate.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/device.h"
+
+namespace torch_neuronx::profiler {
+namespace {
+
+std::mutex g_last_mu;
+std::vector<DeviceItem> g_last;
+
+// The item's own estimate, from what the host said of it.
+int64_t ownEstimate(const neuron_rt::ItemNote& n) {
+  if (n.estimate_ns >= 0) return n.estimate_ns;
+  using neuron_rt::ItemCategory;
+  switch (n.category) {
+    case ItemCategory::kMarker:
+      return 0;
+    case ItemCategory::kProgram:
+    case ItemCategory::kStep:
+    case ItemCategory::kEngine:
+      if (!n.set) return -1;  // a program: the sum of its steps
+      break;
+    default:
+      break;
+  }
+  if (!n.set && n.category != ItemCategory::kCopy) return -1;
+  return neuron_rt::rooflineNs(n.flops, n.bytes, n.tensor_engine,
+                               n.element_bytes);
+}
+
+}  // namespace
+
+int64_t steadyToUnixOffsetNs() {
+  // The smallest of a few samples' differences: a preemption between the
+  // two clock reads only ever makes one larger.
+  int64_t best = INT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    const int64_t steady = neuron_rt::nowNs();
+    const int64_t unix_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    best = std::min(best, unix_ns - steady);
+  }
+  return best;
+}
+
+std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
+                                      int64_t off) {
+  const int first_index = deviceNumbering().first;
+  // Items in stream order; a child is recorded before its item (it ran
+  // inside it), so children are collected per (device, stream, parent).
+  using Key = std::tuple<int, int, uint64_t>;
+  std::map<Key, std::vector<const neuron_rt::TraceRecord*>> children;
+  std::vector<const neuron_rt::TraceRecord*> items;
+  for (const auto& r : recs) {
+    if (r.parent_seq)
+      children[{r.device, r.stream, r.parent_seq}].push_back(&r);
+    else
+      items.push_back(&r);
+  }
+  std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) {
+    return std::tie(a->device, a->stream, a->seq) <
+           std::tie(b->device, b->stream, b->seq);
+  });
+  auto make = [&](const neuron_rt::TraceRecord& r, int64_t parent) {
+    DeviceItem d;
+    d.device = r.device + first_index;
+    d.stream = r.stream;
+    d.seq = r.seq;
+    d.name = r.label ? r.label : "";
+    d.category = neuron_rt::categoryName(r.note.category);
+    d.start_ns = r.start_ns + off;
+    d.end_ns = r.end_ns + off;
+    d.queued_ns = r.note.queued_ns ? r.note.queued_ns + off : d.start_ns;
+    d.host_thread = r.note.host_thread;
+    d.correlation = r.note.correlation;
+    d.skipped = r.skipped;
+    d.flops = r.note.flops;
+    d.bytes = r.note.bytes;
+    d.estimate_ns = r.skipped ? 0 : ownEstimate(r.note);
+    d.estimate_start_ns = 0;
+    d.parent = parent;
+    d.detail = r.note.detail ? *r.note.detail : "";
+    return d;
+  };
+  std::vector<DeviceItem> out;
+  out.reserve(recs.size());
+  std::map<std::pair<int, int>, int64_t> stream_end;  // estimated timeline
+  for (const auto* r : items) {
+    const int64_t at = static_cast<int64_t>(out.size());
+    out.push_back(make(*r, -1));
+    auto it = children.find({r->device, r->stream, r->seq});
+    double child_sum = 0;
+    bool child_estimates = false;
+    if (it != children.end()) {
+      for (const auto* c : it->second) {
+        out.push_back(make(*c, at));
+        DeviceItem& ci = out.back();
+        // Engines overlap inside their kernel: they are not summed.
+        if (ci.estimate_ns >= 0 && ci.category != "engine") {
+          child_sum += static_cast<double>(ci.estimate_ns);
+          child_estimates = true;
+        }
+      }
+    }
+    DeviceItem& item = out[at];
+    if (item.estimate_ns < 0 && child_estimates)
+      item.estimate_ns = static_cast<int64_t>(child_sum);
+    // Estimated timeline: the stream's items in order, none before the host
+    // queued it.
+    int64_t& end = stream_end[{item.device, item.stream}];
+    item.estimate_start_ns = std::max(item.queued_ns, end);
+    end = item.estimate_start_ns + std::max<int64_t>(item.estimate_ns, 0);
+    // Children: steps one after another from the item's estimated start;
+    // an engine (recorded when its kernel finished) from the start of the
+    // step it ran in, or the item's.
+    int64_t step_at = item.estimate_start_ns;
+    for (size_t k = at + 1; k < out.size(); ++k) {
+      DeviceItem& c = out[k];
+      if (c.category == "engine") continue;
+      c.estimate_start_ns = step_at;
+      step_at += std::max<int64_t>(c.estimate_ns, 0);
+    }
+    for (size_t k = at + 1; k < out.size(); ++k) {
+      DeviceItem& c = out[k];
+      if (c.category != "engine") continue;
+      c.estimate_start_ns = item.estimate_start_ns;
+      for (size_t j = at + 1; j < out.size(); ++j) {
+        const DeviceItem& step = out[j];
+        if (step.category != "engine" && step.start_ns <= c.start_ns &&
+            c.start_ns <= step.end_ns) {
+          c.estimate_start_ns = step.estimate_start_ns;
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+const std::vector<DeviceItem>& lastSessionItems() { return g_last; }
+
+void setLastSessionItems(std::vector<DeviceItem> items) {
+  std::lock_guard<std::mutex> g(g_last_mu);
+  g_last = std::move(items);
+}
+
+}  // namespace torch_neuronx::profiler

@@ -1,0 +1,49 @@
+// The profiler's device timeline: the runtime's trace records of one
+// profiling session, turned into items with an estimated Trainium time and
+// an estimated timeline (what the same stream order would take on a real
+// NeuronCore). The Kineto plugin (kineto_plugin.cpp) logs them; Python reads
+// the last session's items for the Parquet tables and the step summary.
+#pragma once
+
+#include <neuron_runtime/trace.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_neuronx::profiler {
+
+struct DeviceItem {
+  int device;  // the process's device index (neuron:<device>)
+  int stream;
+  uint64_t seq;
+  std::string name;
+  std::string category;
+  int64_t start_ns;  // unix time (the clock torch.profiler's events use)
+  int64_t end_ns;
+  int64_t queued_ns;  // when the host queued it (unix time)
+  int32_t host_thread;
+  uint64_t correlation;
+  bool skipped;
+  double flops;
+  double bytes;
+  int64_t estimate_ns;  // -1: no estimate
+  int64_t estimate_start_ns;
+  // The item this one is a child of (-1: none), by position in the list.
+  int64_t parent;
+  std::string detail;  // "key=value;..."
+};
+
+// Converts a session's records (steady clock) into items (unix clock), with
+// estimates and estimated start times; children follow their items.
+std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
+                                      int64_t steady_to_unix_ns);
+
+// The offset from the steady clock the runtime uses to unix time.
+int64_t steadyToUnixOffsetNs();
+
+// The items of the last finished profiling session (Python: the tables).
+const std::vector<DeviceItem>& lastSessionItems();
+void setLastSessionItems(std::vector<DeviceItem> items);
+
+}  // namespace torch_neuronx::profiler

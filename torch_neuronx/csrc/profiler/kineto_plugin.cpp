@@ -1,0 +1,305 @@
+// The device timeline in torch.profiler: a Kineto activity profiler for the
+// PrivateUse1 backend (PyTorch's registry forwards it to Kineto). While a
+// profile with ProfilerActivity.PrivateUse1 runs, the runtime traces every
+// work item; at the end each becomes a device activity on a track per
+// device and stream, linked to the host op that queued it (Kineto pushes the
+// op's correlation id on the op's thread; the runtime stamps it into the
+// items the thread queues), with a flow arrow from a launch marker on the
+// host thread. Children (a program's steps, an NKI kernel's engines) and the
+// estimated-Trainium track are annotations, which torch.profiler leaves out
+// of its op tables so device time is never counted twice.
+#include <unistd.h>
+
+#include <IActivityProfiler.h>
+#include <neuron_runtime/trace.h>
+#include <neuron_runtime/trainium_estimate.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "core/device.h"
+#include "profiler/device_timeline.h"
+
+// Kineto declares CpuTraceBuffer but does not ship its definition; a session
+// may hand none (Kineto skips a null buffer), which is what this one does:
+// its activities live in SessionStore. unique_ptr's deleter needs a complete
+// type to compile; no object of this type is ever made here (the library's
+// symbols are hidden, so nothing of it meets Kineto's own).
+namespace libkineto {
+struct CpuTraceBuffer {};
+}  // namespace libkineto
+
+namespace torch_neuronx::profiler {
+namespace {
+
+using libkineto::ActivityType;
+using libkineto::GenericTraceActivity;
+
+// Tracks: a stream's items on tid = stream; its estimated Trainium timeline
+// on tid = stream + kEstimatedTrack.
+constexpr int kEstimatedTrack = 1000;
+
+// Kineto's loggers keep pointers to the activities a session logs (the
+// trace torch.profiler exports later); they live here, the last few
+// sessions' worth, since the session object may go first.
+struct SessionStore {
+  libkineto::TraceSpan span{0, 0, "neuron"};
+  std::deque<GenericTraceActivity> activities;
+};
+std::mutex g_store_mu;
+std::deque<std::unique_ptr<SessionStore>> g_stores;
+constexpr size_t kKeptSessions = 4;
+
+SessionStore& newStore() {
+  std::lock_guard<std::mutex> g(g_store_mu);
+  g_stores.push_back(std::make_unique<SessionStore>());
+  while (g_stores.size() > kKeptSessions) g_stores.pop_front();
+  return *g_stores.back();
+}
+
+ActivityType activityTypeOf(const std::string& category) {
+  if (category == "copy") return ActivityType::GPU_MEMCPY;
+  return ActivityType::CONCURRENT_KERNEL;
+}
+
+// "key=value;key=value" into the activity's metadata.
+void addDetail(GenericTraceActivity& a, const std::string& detail) {
+  size_t at = 0;
+  while (at < detail.size()) {
+    size_t end = detail.find(';', at);
+    if (end == std::string::npos) end = detail.size();
+    const std::string kv = detail.substr(at, end - at);
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos)
+      a.addMetadataQuoted(kv.substr(0, eq), kv.substr(eq + 1));
+    at = end + 1;
+  }
+}
+
+// torch.profiler takes annotation activities for its own record_function
+// ranges and warns (once per process) about any it did not make: the
+// children and the estimated track are ours, and left out of its tables on
+// purpose. This handler drops that one message on the thread that ends the
+// profile and passes every other warning on.
+class AnnotationWarningFilter final : public c10::WarningHandler {
+ public:
+  void install() {
+    c10::WarningHandler* current = c10::WarningUtils::get_warning_handler();
+    if (current == this) return;
+    next_ = current;
+    c10::WarningUtils::set_warning_handler(this);
+  }
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("not present in the set of known events") !=
+        std::string::npos)
+      return;
+    if (next_) next_->process(warning);
+  }
+
+ private:
+  c10::WarningHandler* next_ = nullptr;
+};
+
+AnnotationWarningFilter& annotationWarningFilter() {
+  thread_local AnnotationWarningFilter filter;
+  return filter;
+}
+
+class NeuronSession final : public libkineto::IActivityProfilerSession {
+ public:
+  void start() override {
+    auto& trace = runtime().trace();
+    (void)trace.drain();  // what an earlier, unprofiled run left
+    offset_ns_ = steadyToUnixOffsetNs();
+    trace.enable(true);
+    status_ = libkineto::TraceStatus::RECORDING;
+  }
+
+  void stop() override {
+    // Items still queued belong to the profile: let them finish first.
+    if (neuron_rt::Runtime::initialized()) runtime().synchronizeAll();
+    runtime().trace().enable(false);
+    records_ = runtime().trace().drain();
+    status_ = libkineto::TraceStatus::PROCESSING;
+  }
+
+  std::vector<std::string> errors() override { return {}; }
+
+  void processTrace(libkineto::ActivityLogger& logger) override {
+    processTrace(logger, nullptr, 0, 0);
+  }
+
+  void processTrace(libkineto::ActivityLogger& logger,
+                    libkineto::getLinkedActivityCallback linked, int64_t,
+                    int64_t) override {
+    annotationWarningFilter().install();
+    std::vector<DeviceItem> items =
+        buildTimeline(std::move(records_), offset_ns_);
+    SessionStore& store = newStore();
+    const std::string target = neuron_rt::trainiumModel().name;
+    const int32_t pid = static_cast<int32_t>(getpid());
+    for (size_t i = 0; i < items.size(); ++i) {
+      const DeviceItem& it = items[i];
+      streams_.insert({it.device, it.stream});
+      const bool child = it.parent >= 0;
+      const libkineto::ITraceActivity* host_op =
+          (linked && it.correlation) ? linked(static_cast<int32_t>(it.correlation))
+                                     : nullptr;
+      // The measured item.
+      store.activities.emplace_back(
+          store.span,
+          child ? ActivityType::USER_ANNOTATION : activityTypeOf(it.category),
+          it.name);
+      GenericTraceActivity& a = store.activities.back();
+      a.startTime = it.start_ns;
+      a.endTime = it.category == "engine" ? it.start_ns : it.end_ns;
+      a.device = it.device;
+      a.resource = it.stream;
+      a.threadId = it.stream;
+      a.addMetadata("stream", it.stream);
+      a.addMetadataQuoted("category", it.category);
+      if (it.estimate_ns >= 0)
+        a.addMetadata("estimated " + target + " us",
+                      static_cast<double>(it.estimate_ns) / 1e3);
+      if (it.flops > 0) a.addMetadata("flops", it.flops);
+      if (it.bytes > 0) a.addMetadata("bytes", it.bytes);
+      if (it.skipped) a.addMetadata("skipped", 1);
+      addDetail(a, it.detail);
+      if (!child) {
+        a.id = static_cast<int32_t>(it.correlation);
+        a.addMetadata("seq", it.seq);
+        if (it.correlation) {
+          a.addMetadata("correlation", it.correlation);
+          a.linked = host_op;
+          a.flow.id = static_cast<uint32_t>(it.correlation);
+          a.flow.type = libkineto::kLinkAsyncCpuGpu;
+          a.flow.start = 0;
+        }
+      }
+      // Engines are estimates only: not on the measured track.
+      if (it.category != "engine") a.log(logger);
+      else store.activities.pop_back();
+
+      // Where the arrow starts: the host thread, when it queued the item.
+      if (!child && it.correlation && it.host_thread) {
+        store.activities.emplace_back(store.span,
+                                      ActivityType::PRIVATEUSE1_RUNTIME,
+                                      "neuron_queue_item");
+        GenericTraceActivity& q = store.activities.back();
+        q.startTime = it.queued_ns;
+        q.endTime = it.queued_ns + 1000;
+        q.device = pid;
+        q.resource = it.host_thread;
+        q.threadId = it.host_thread;
+        q.id = static_cast<int32_t>(it.correlation);
+        q.linked = host_op;
+        q.flow.id = static_cast<uint32_t>(it.correlation);
+        q.flow.type = libkineto::kLinkAsyncCpuGpu;
+        q.flow.start = 1;
+        q.addMetadata("correlation", it.correlation);
+        q.log(logger);
+      }
+
+      // The estimated Trainium timeline.
+      if (it.estimate_ns > 0) {
+        store.activities.emplace_back(store.span, ActivityType::USER_ANNOTATION,
+                                      it.name);
+        GenericTraceActivity& e = store.activities.back();
+        e.startTime = it.estimate_start_ns;
+        e.endTime = it.estimate_start_ns + it.estimate_ns;
+        e.device = it.device;
+        e.resource = it.stream + kEstimatedTrack;
+        e.threadId = e.resource;
+        e.addMetadataQuoted("category", it.category);
+        e.addMetadata("measured us",
+                      static_cast<double>(it.end_ns - it.start_ns) / 1e3);
+        e.addMetadataQuoted("estimate", "estimated " + target + " time");
+        e.log(logger);
+      }
+    }
+    setLastSessionItems(std::move(items));
+  }
+
+  std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
+    if (streams_.empty()) return nullptr;
+    const int device = streams_.begin()->first;
+    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{
+        device, device, "neuron:" + std::to_string(device),
+        "NeuronCore (simulated)"});
+  }
+
+  std::vector<libkineto::ResourceInfo> getResourceInfos() override {
+    std::vector<libkineto::ResourceInfo> out;
+    const std::string target = neuron_rt::trainiumModel().name;
+    for (const auto& [device, stream] : streams_) {
+      out.push_back(libkineto::ResourceInfo{
+          stream, stream, device, "stream " + std::to_string(stream)});
+      out.push_back(libkineto::ResourceInfo{
+          stream + kEstimatedTrack, stream + kEstimatedTrack, device,
+          "stream " + std::to_string(stream) + " (estimated " + target + ")"});
+    }
+    return out;
+  }
+
+  std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override {
+    return nullptr;  // the activities live in the SessionStore
+  }
+
+  void pushCorrelationId(uint64_t id) override {
+    neuron_rt::pushCorrelation(id);
+  }
+  void popCorrelationId() override { neuron_rt::popCorrelation(); }
+
+  std::string getDeviceProperties() override { return ""; }
+
+ private:
+  int64_t offset_ns_ = 0;
+  std::vector<neuron_rt::TraceRecord> records_;
+  std::set<std::pair<int, int>> streams_;
+};
+
+const std::set<ActivityType>& neuronActivities() {
+  static const std::set<ActivityType> s{
+      ActivityType::PRIVATEUSE1_RUNTIME, ActivityType::PRIVATEUSE1_DRIVER,
+      ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY};
+  return s;
+}
+
+class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
+ public:
+  const std::string& name() const override { return name_; }
+  const std::set<ActivityType>& availableActivities() const override {
+    return neuronActivities();
+  }
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      const std::set<ActivityType>& types,
+      const libkineto::Config&) override {
+    bool wanted = false;
+    for (ActivityType t : types) wanted |= neuronActivities().count(t) > 0;
+    if (!wanted) return nullptr;
+    return std::make_unique<NeuronSession>();
+  }
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      int64_t, int64_t, const std::set<ActivityType>& types,
+      const libkineto::Config& config) override {
+    return configure(types, config);
+  }
+
+ private:
+  std::string name_{"neuron"};
+};
+
+}  // namespace
+
+void registerKinetoPlugin() {
+  torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
+      [] { return std::make_unique<NeuronActivityProfiler>(); });
+}
+
+}  // namespace torch_neuronx::profiler
