@@ -252,6 +252,14 @@ class DeviceCache {
     releaseCachedLocked();
   }
 
+  // Bytes allocated and reserved now (the profiler's memory events).
+  std::pair<size_t, size_t> totals() {
+    std::lock_guard<std::mutex> g(mu_);
+    const int t = static_cast<int>(StatType::AGGREGATE);
+    return {static_cast<size_t>(stats_.allocated_bytes[t].current),
+            static_cast<size_t>(reserved_)};
+  }
+
   DeviceStats stats() {
     std::lock_guard<std::mutex> g(mu_);
     return stats_;
@@ -576,8 +584,24 @@ DeviceCache& cacheFor(c10::DeviceIndex device) {
   return *g_caches[device];
 }
 
+// torch.profiler(profile_memory=True): each allocation and free, with the
+// device's totals after it, as CUDA's allocator reports them.
+void reportToProfiler(void* ptr, int64_t bytes, c10::DeviceIndex device) {
+  auto [allocated, reserved] = cacheFor(device).totals();
+  c10::reportMemoryUsageToProfiler(ptr, bytes, allocated, reserved,
+                                   neuronDevice(device));
+}
+
 void deleteBlock(void* ctx) {
   Block* b = static_cast<Block*>(ctx);
+  if (c10::memoryProfilingEnabled()) {
+    void* ptr = b->ptr;
+    const int64_t size = static_cast<int64_t>(b->size);
+    const c10::DeviceIndex device = b->device;
+    cacheFor(device).free(b);
+    reportToProfiler(ptr, -size, device);
+    return;
+  }
   cacheFor(b->device).free(b);
 }
 
@@ -602,6 +626,8 @@ c10::DataPtr CachingAllocator::allocateOn(c10::DeviceIndex device,
   if (nbytes == 0) return c10::DataPtr(nullptr, neuronDevice(device));
   c10::StreamId stream = currentStream(device).id();
   Block* b = cacheFor(device).allocate(nbytes, stream);
+  if (c10::memoryProfilingEnabled())
+    reportToProfiler(b->ptr, static_cast<int64_t>(b->size), device);
   return c10::DataPtr(b->ptr, b, &deleteBlock, neuronDevice(device));
 }
 

@@ -47,6 +47,15 @@ class AliasPlan {
   // Aliases of one device storage share one CPU storage.
   Built build() const;
 
+  // What the recorded tensors are (the profiler's work and traffic
+  // estimate): their number, sizes and element size (0 for kept and
+  // undefined ones).
+  int count() const { return static_cast<int>(tensors_.size()); }
+  c10::IntArrayRef sizesOf(int i) const { return tensors_[i].sizes; }
+  int64_t itemsizeOf(int i) const {
+    return tensors_[i].storage >= 0 ? tensors_[i].dtype.itemsize() : 0;
+  }
+
  private:
   struct StorageSpec {
     const c10::StorageImpl* key;  // identifies the storage (host side only)

@@ -23,6 +23,7 @@
 #include "eager/op_traits.h"
 #include "eager/run_on_device.h"
 #include "eager/synchronous_op.h"
+#include "profiler/op_cost.h"
 
 namespace torch_neuronx {
 namespace {
@@ -223,6 +224,8 @@ void enqueueCpuKernel(const c10::OperatorHandle& op, const OpTraits& traits,
   auto targets = std::make_shared<std::vector<std::pair<int, IValue>>>();
   for (int i : planned.fresh)
     targets->emplace_back(i, call->record(planned.outs[i]));
+  if (profiler::recordingItems())
+    profiler::noteEagerItem(traits.name.c_str(), call->plan);
   launch(device, traits.name.c_str(), [call, targets, failure] {
     runOnDeviceInto(failure, [&] {
       const AliasPlan::Built built = call->plan.build();

@@ -34,6 +34,7 @@
 #include "core/memory_history.h"
 #include "core/storage.h"
 #include "core/stream.h"
+#include "profiler/op_cost.h"
 
 namespace torch_neuronx::structured {
 
@@ -224,7 +225,8 @@ FailureSlot validationSlot(const char* name, const Args&... args) {
 // Queues a fast-path item; a validating one is waited for and raises here.
 inline void launchHeld(c10::DeviceIndex device, const char* name,
                        neuron_rt::TaskPtr work, const FailureSlot& failure,
-                       const MetaCacheKey& meta_key) {
+                       const MetaCacheKey& meta_key, const AliasPlan& plan) {
+  if (profiler::recordingItems()) profiler::noteEagerItem(name, plan);
   launchTask(device, name, std::move(work));
   if (failure) finishValidation(device, failure, signatureKey(), meta_key);
 }
@@ -411,7 +413,10 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
             built, [&] { run(built, w, std::index_sequence_for<Args...>{}); });
       });
     };
-    launchHeld(device, Name, std::move(work), failure, key);
+    {
+      const AliasPlan& plan = work->plan;
+      launchHeld(device, Name, std::move(work), failure, key, plan);
+    }
     return out;
   }
 
@@ -476,7 +481,10 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
             built, [&] { run(built, w, std::index_sequence_for<Rest...>{}); });
       });
     };
-    launchHeld(device, Name, std::move(work), failure, key);
+    {
+      const AliasPlan& plan = work->plan;
+      launchHeld(device, Name, std::move(work), failure, key, plan);
+    }
     return self;
   }
 

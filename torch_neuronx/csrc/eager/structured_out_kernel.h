@@ -85,7 +85,10 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
         runKeepingViewBits(built, [&] { run(built, w.args, Seq{}); });
       });
     };
-    launchHeld(device, Name, std::move(work), failure, key);
+    {
+      const AliasPlan& plan = work->plan;
+      launchHeld(device, Name, std::move(work), failure, key, plan);
+    }
     return results(std::forward_as_tuple(args...));
   }
 

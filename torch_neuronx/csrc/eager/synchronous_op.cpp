@@ -11,6 +11,7 @@
 #include "eager/first_call_validation.h"
 #include "eager/ivalue_tensors.h"
 #include "eager/run_on_device.h"
+#include "profiler/op_cost.h"
 
 namespace torch_neuronx {
 
@@ -28,6 +29,8 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   // warnings are raised here too.
   auto result = std::make_shared<ValidationResult>();
   auto returned = std::make_shared<torch::jit::Stack>();
+  if (profiler::recordingItems())
+    profiler::noteEagerItem(traits.name.c_str(), call->plan);
   launch(device, traits.name.c_str(), [call, result, returned] {
     runOnDeviceInto(result, [&] {
       size_t next = 0;

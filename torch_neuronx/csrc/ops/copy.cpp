@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/pinned_allocator.h"
 #include "core/stream.h"
+#include "profiler/op_cost.h"
 
 namespace torch_neuronx {
 namespace {
@@ -41,7 +42,11 @@ void addOperand(AliasPlan& plan, const at::Tensor& t) {
 }
 
 // Runs dst.copy_(src) inside a work item, over CPU aliases of device memory.
+// Made right before it is queued (it describes the next item to the
+// profiler).
 std::function<void()> copyItem(const at::Tensor& dst, const at::Tensor& src) {
+  if (profiler::recordingItems())
+    profiler::noteCopyItem(static_cast<int64_t>(dst.nbytes() + src.nbytes()));
   auto plan = std::make_shared<AliasPlan>();
   addOperand(*plan, dst);
   addOperand(*plan, src);
