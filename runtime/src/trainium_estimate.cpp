@@ -51,6 +51,18 @@ bool setTrainiumTarget(const std::string& name) {
   return true;
 }
 
+TrainiumModel logicalCoreModel(const TrainiumModel& m, int physical_cores) {
+  TrainiumModel out = m;
+  if (m.name == "trn1" || physical_cores <= 1) return out;
+  const double k = physical_cores;
+  out.tensor_bf16_flops_per_ns *= k;
+  out.tensor_fp32_flops_per_ns *= k;
+  out.vector_elems_per_ns *= k;
+  out.hbm_bytes_per_ns *= k;
+  out.link_bytes_per_ns *= k;
+  return out;
+}
+
 int64_t rooflineNs(double flops, double bytes, bool tensor_engine,
                    int element_bytes, const TrainiumModel& m) {
   double compute_ns = 0;

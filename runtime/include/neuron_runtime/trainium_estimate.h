@@ -34,6 +34,10 @@ const TrainiumModel& trn1Model();
 const TrainiumModel& trainiumModel();
 // Selects the model by name; false (and no change) for an unknown name.
 bool setTrainiumTarget(const std::string& name);
+// The model of a logical core of `physical_cores` NeuronCores (LNC=2 on
+// Trn2 pairs two): engines and bandwidth add up, latencies stay. NeuronCore-v2
+// (trn1) has no logical cores: its model is returned as it is.
+TrainiumModel logicalCoreModel(const TrainiumModel& m, int physical_cores);
 
 // An op's estimate: flops on the systolic array (tensor_engine) or the
 // vector engines, `bytes` of HBM traffic, in a dtype of `element_bytes`.

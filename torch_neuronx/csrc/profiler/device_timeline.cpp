@@ -17,7 +17,8 @@ std::mutex g_last_mu;
 std::vector<DeviceItem> g_last;
 
 // The item's own estimate, from what the host said of it.
-int64_t ownEstimate(const neuron_rt::ItemNote& n) {
+int64_t ownEstimate(const neuron_rt::ItemNote& n,
+                    const neuron_rt::TrainiumModel& model) {
   if (n.estimate_ns >= 0) return n.estimate_ns;
   using neuron_rt::ItemCategory;
   switch (n.category) {
@@ -33,7 +34,7 @@ int64_t ownEstimate(const neuron_rt::ItemNote& n) {
   }
   if (!n.set && n.category != ItemCategory::kCopy) return -1;
   return neuron_rt::rooflineNs(n.flops, n.bytes, n.tensor_engine,
-                               n.element_bytes);
+                               n.element_bytes, model);
 }
 
 }  // namespace
@@ -56,6 +57,10 @@ int64_t steadyToUnixOffsetNs() {
 std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
                                       int64_t off) {
   const int first_index = deviceNumbering().first;
+  // A device is a logical core: its engines and bandwidth are its cores'.
+  const neuron_rt::TrainiumModel model = neuron_rt::logicalCoreModel(
+      neuron_rt::trainiumModel(),
+      runtime().topology().config().logical_core_size);
   // Items in stream order; a child is recorded before its item (it ran
   // inside it), so children are collected per (device, stream, parent).
   using Key = std::tuple<int, int, uint64_t>;
@@ -86,7 +91,7 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
     d.skipped = r.skipped;
     d.flops = r.note.flops;
     d.bytes = r.note.bytes;
-    d.estimate_ns = r.skipped ? 0 : ownEstimate(r.note);
+    d.estimate_ns = r.skipped ? 0 : ownEstimate(r.note, model);
     d.estimate_start_ns = 0;
     d.parent = parent;
     d.detail = r.note.detail ? *r.note.detail : "";

@@ -1,6 +1,7 @@
 // torch_neuronx._C profiler bindings: the last profiling session's device
 // items (the Parquet tables, the step summary) and the Trainium model the
 // estimates use.
+#include <neuron_runtime/runtime.h>
 #include <neuron_runtime/trainium_estimate.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -60,13 +61,23 @@ py::dict modelDict(const neuron_rt::TrainiumModel& m) {
 void bindProfiler(py::module_& m) {
   profiler::registerKinetoPlugin();
   m.def("_profiler_items", &lastItems);
-  m.def("_profiler_target", [] { return modelDict(neuron_rt::trainiumModel()); });
+  // The model of one device (a logical core) the estimates use.
+  m.def("_profiler_target", [] {
+    const int lnc = neuron_rt::Runtime::get().topology().config().logical_core_size;
+    py::dict d = modelDict(
+        neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
+    d["physical_cores_per_device"] = d["name"].cast<std::string>() == "trn1" ? 1 : lnc;
+    return d;
+  });
   m.def("_profiler_set_target", [](const std::string& name) {
     return neuron_rt::setTrainiumTarget(name);
   });
   m.def("_roofline_ns", [](double flops, double bytes, bool tensor_engine,
                            int element_bytes) {
-    return neuron_rt::rooflineNs(flops, bytes, tensor_engine, element_bytes);
+    const int lnc = neuron_rt::Runtime::get().topology().config().logical_core_size;
+    return neuron_rt::rooflineNs(
+        flops, bytes, tensor_engine, element_bytes,
+        neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
   });
 }
 
