@@ -89,8 +89,10 @@ def main() -> None:
         worst = max(worst, added)
         print(f"{name:<22}{r['off']:>9.2f}{r['cpu']:>9.2f}{r['device']:>9.2f}{added:>12.2f}")
     verdict = "OK" if worst <= TARGET_ADDED_US else "ABOVE TARGET"
-    print(f"largest added cost of the device timeline: {worst:.2f} us/op "
-          f"(target <= {TARGET_ADDED_US} us) {verdict}")
+    print(
+        f"largest added cost of the device timeline: {worst:.2f} us/op "
+        f"(target <= {TARGET_ADDED_US} us) {verdict}"
+    )
 
 
 if __name__ == "__main__":

@@ -67,6 +67,9 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
   std::map<Key, std::vector<const neuron_rt::TraceRecord*>> children;
   std::vector<const neuron_rt::TraceRecord*> items;
   for (const auto& r : recs) {
+    // Queued before the profile started (the host did not describe it):
+    // not part of this profile, though it ran during it.
+    if (!r.parent_seq && r.note.queued_ns == 0) continue;
     if (r.parent_seq)
       children[{r.device, r.stream, r.parent_seq}].push_back(&r);
     else
@@ -103,7 +106,7 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
   for (const auto* r : items) {
     const int64_t at = static_cast<int64_t>(out.size());
     out.push_back(make(*r, -1));
-    auto it = children.find({r->device, r->stream, r->seq});
+    auto it = children.find({r->device, r->stream, r->seq});  // its own only
     double child_sum = 0;
     bool child_estimates = false;
     if (it != children.end()) {

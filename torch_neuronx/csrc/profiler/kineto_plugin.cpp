@@ -280,9 +280,12 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
       const std::set<ActivityType>& types,
       const libkineto::Config&) override {
-    bool wanted = false;
-    for (ActivityType t : types) wanted |= neuronActivities().count(t) > 0;
-    if (!wanted) return nullptr;
+    // ProfilerActivity.PrivateUse1 asks for the device's kernels and copies;
+    // ProfilerActivity.CPU alone also names the host-side runtime types,
+    // which is no reason to trace the device.
+    if (!types.count(ActivityType::CONCURRENT_KERNEL) &&
+        !types.count(ActivityType::GPU_MEMCPY))
+      return nullptr;
     return std::make_unique<NeuronSession>();
   }
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
