@@ -12,16 +12,16 @@ import os
 
 import pytest
 import torch
-from torch._C._autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
-
-import torch_neuronx
 
 # PyTorch imports this module from inside the first with_stack profile of a
 # process; the module's code object is gone by the time the profile names its
 # frames, and the name reads freed memory (a torch 2.13 bug, CPU tensors
 # too). Imported first, it is not part of any profile.
-import torch.profiler.python_tracer  # noqa: E402,F401
+import torch.profiler.python_tracer  # noqa: F401
+from torch._C._autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+import torch_neuronx
 
 ACTS = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 
@@ -128,9 +128,9 @@ def test_trace_has_what_viewers_need(xw, tmp_path):
     ]
     dev = _device_events(trace)
     assert [e["name"] for e in est] == [e["name"] for e in dev]
-    for e, d in zip(est, dev):
+    for e, d in zip(est, dev, strict=True):
         assert e["dur"] == pytest.approx(d["args"]["estimated trn2 us"], rel=1e-3, abs=1e-3)
-    for a, b in zip(est, est[1:]):
+    for a, b in zip(est, est[1:], strict=False):
         assert b["ts"] >= a["ts"] + a["dur"] - 1e-3
 
 
