@@ -53,10 +53,15 @@ def _create_backend(dist_backend_opts, backend_options):
     store = dist_backend_opts.store
     rank, size = dist_backend_opts.group_rank, dist_backend_opts.group_size
     group = dist_backend_opts.group_id or "default_pg"
+    # The group's ranks in the default group (empty for the default group): the
+    # profiler names a collective's peers by them.
+    global_ranks = [int(r) for r in (dist_backend_opts.global_ranks_in_group or [])]
     host_of_rank = _host_of_rank(store, rank, size) if size > 1 else [0]
     n_hosts = max(host_of_rank) + 1
     if n_hosts == 1:
-        return _C._create_neuron_backend(store, rank, size, timeout.total_seconds(), group)
+        return _C._create_neuron_backend(
+            store, rank, size, timeout.total_seconds(), group, global_ranks=global_ranks
+        )
     # Ranks on different hosts cannot share memory: gloo carries what goes
     # between hosts. With several ranks on a host, only its lowest rank (its
     # "leader") talks to the other hosts' for reductions and broadcasts.
@@ -68,7 +73,15 @@ def _create_backend(dist_backend_opts, backend_options):
             dist.PrefixStore("neuron_gloo_leaders/", store), host, n_hosts, timeout
         )
     return _C._create_neuron_backend(
-        store, rank, size, timeout.total_seconds(), group, every_rank, leaders, host_of_rank
+        store,
+        rank,
+        size,
+        timeout.total_seconds(),
+        group,
+        every_rank,
+        leaders,
+        host_of_rank,
+        global_ranks,
     )
 
 

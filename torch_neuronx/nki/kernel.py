@@ -554,13 +554,16 @@ def _run_torch(ck: CompiledKernel, tensors, outs=None):
     if device.type == "cpu":
         _run_host(ck, addrs)
     elif device.type == "neuron":
-        _c()._note_executed(f"nki::{ck.name}")
-        ck.program.launch(
-            addrs,
-            device.index if device.index is not None else torch.neuron.current_device(),
-            f"nki::{ck.name}",
-            _location_names(ck),
-        )
+        label = f"nki::{ck.name}"
+        _c()._note_executed(label)
+        index = device.index if device.index is not None else torch.neuron.current_device()
+        if torch.autograd.profiler._is_profiler_enabled:
+            # The launch as a host event in the profile (a user scope: it
+            # spans the queueing of the kernel's device item).
+            with torch.autograd.profiler.record_function(label):
+                ck.program.launch(addrs, index, label, _location_names(ck))
+        else:
+            ck.program.launch(addrs, index, label, _location_names(ck))
     else:
         raise NKIError(f"NKI kernels run on neuron (or CPU) tensors, not {device.type}")
     if prints:

@@ -2,11 +2,13 @@
 
 #include <c10/util/Exception.h>
 #include <ffi.h>
+#include <neuron_runtime/trace.h>
 
 #include <memory>
 #include <stdexcept>
 #include <utility>
 
+#include "core/device.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
@@ -46,6 +48,16 @@ void ProgramLaunch::begin() {
   call_stream_ = queue.id();
   call_after_ = queue.lastEnqueued();
   if (launchBlocking()) return;
+  if (tracing()) {
+    // The batch takes this as the program's note: not set, so its estimate
+    // is the sum of its steps'.
+    if (!detail_)
+      detail_ = std::make_shared<const std::string>("program=" + name_);
+    neuron_rt::ItemNote& n = neuron_rt::pendingNote();
+    n.category = neuron_rt::ItemCategory::kProgram;
+    n.set = false;
+    n.detail = detail_;
+  }
   queue.beginBatch(label_);
   open_on_ = stream;
 }
@@ -57,9 +69,25 @@ void ProgramLaunch::end() {
   runtimeStream(stream).endBatch();
 }
 
+bool ProgramLaunch::tracing() {
+  return neuron_rt::Runtime::initialized() && runtime().trace().enabled();
+}
+
 void ProgramLaunch::kernel(void* address, const char* label,
                            std::vector<KernelArg> args,
-                           std::vector<at::Tensor> keep_alive) {
+                           std::vector<at::Tensor> keep_alive, StepCost cost) {
+  if (tracing()) {
+    // A step with a roofline estimate: Inductor's C++ kernels are pointwise
+    // and reduction loops, memory traffic on the vector engines. (The
+    // program's extern calls, matmuls and convolutions, are eager ops that
+    // describe themselves.)
+    neuron_rt::ItemNote& n = neuron_rt::pendingNote();
+    n.category = neuron_rt::ItemCategory::kStep;
+    n.set = true;
+    n.bytes = cost.bytes;
+    n.flops = cost.elements;
+    n.tensor_engine = false;
+  }
   launch(device_, label,
          [address, label, args = std::move(args),
           keep = std::move(keep_alive)] { callKernel(address, args, label); });

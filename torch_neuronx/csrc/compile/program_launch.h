@@ -13,11 +13,20 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace torch_neuronx {
+
+// What the profiler is told of a compiled kernel's call (only while it
+// records device items): the bytes of its tensor arguments and the elements
+// of the largest, one vector-engine operation each.
+struct ProgramStepCost {
+  double bytes = 0;
+  double elements = 0;
+};
 
 class ProgramLaunch {
  public:
@@ -37,11 +46,16 @@ class ProgramLaunch {
     float f = 0;
     bool is_float = false;
   };
+  using StepCost = ProgramStepCost;
+  // True while a profile records device items: then callers of kernel()
+  // fill its StepCost.
+  static bool tracing();
+
   // Queues a call of the Inductor C++ kernel at `address` (an extern "C"
   // void function) with `args`, as `label`. `keep_alive`: host tensors whose
   // memory the kernel reads.
   void kernel(void* address, const char* label, std::vector<KernelArg> args,
-              std::vector<at::Tensor> keep_alive);
+              std::vector<at::Tensor> keep_alive, StepCost cost = {});
 
   // Was work item `seq` of `stream` on `device` queued by the last call
   // (begun by begin())? Items queued before it are not, whatever failed
@@ -58,6 +72,8 @@ class ProgramLaunch {
  private:
   std::string name_;
   const char* label_;  // name_, interned
+  // "program=<name>", the program item's detail (made when first traced).
+  std::shared_ptr<const std::string> detail_;
   c10::DeviceIndex device_;
   std::optional<c10::Stream> open_on_;
   int call_stream_ = -1;     // the stream of the last call

@@ -1,6 +1,7 @@
 #include "distributed/neuron_backend.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
@@ -110,6 +111,35 @@ CopyBacks unpack(const std::vector<at::Tensor>& outputs,
   return c;
 }
 
+bool tracingItems() {
+  return neuron_rt::Runtime::initialized() && runtime().trace().enabled();
+}
+
+const char* reduceOpName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+      return "sum";
+    case c10d::ReduceOp::AVG:
+      return "avg";
+    case c10d::ReduceOp::PRODUCT:
+      return "product";
+    case c10d::ReduceOp::MIN:
+      return "min";
+    case c10d::ReduceOp::MAX:
+      return "max";
+    case c10d::ReduceOp::BAND:
+      return "band";
+    case c10d::ReduceOp::BOR:
+      return "bor";
+    case c10d::ReduceOp::BXOR:
+      return "bxor";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "premul_sum";
+    default:
+      return "unused";
+  }
+}
+
 void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
   TORCH_CHECK(tensors.size() == 1, "neuron backend: ", what,
               " takes exactly one tensor per process (got ", tensors.size(),
@@ -150,11 +180,13 @@ std::unique_ptr<Transport> joinSharedMemory(
 NeuronBackend::NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store,
                              int rank, int size,
                              std::chrono::milliseconds timeout,
-                             std::string group_name, HostSpan hosts)
+                             std::string group_name, HostSpan hosts,
+                             std::vector<int> global_ranks)
     : c10d::Backend(rank, size),
       rank_(rank),
       size_(size),
       group_name_(std::move(group_name)),
+      global_ranks_(std::move(global_ranks)),
       timeout_(timeout),
       store_(store),
       pending_(std::make_unique<Pending>()) {
@@ -235,9 +267,11 @@ c10::intrusive_ptr<c10d::Backend> NeuronBackend::split(
                                                        : group_name_ + "/split";
   HostSpan hosts;
   if (spans_hosts_) hosts = splitHosts(split_store, ranks);
+  std::vector<int> global;  // the new group's ranks in the default group
+  for (int r : ranks) global.push_back(globalRank(r));
   auto child = c10::make_intrusive<NeuronBackend>(
       split_store, group_rank, static_cast<int>(ranks.size()), timeout,
-      std::move(name), std::move(hosts));
+      std::move(name), std::move(hosts), std::move(global));
   child->device_ = device_;
   return child;
 }
@@ -334,7 +368,8 @@ template <typename Body>
 c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
     const char* label, c10d::OpType type, c10::DeviceIndex device,
     const std::vector<at::Tensor>& used, std::vector<at::Tensor> outputs,
-    Body body, CopyBacks copies, bool blocks_host) {
+    Body body, const CollectiveFacts& facts, CopyBacks copies,
+    bool blocks_host) {
   const uint64_t seq = ++seq_;
   const c10::Stream current = currentStream(device);
   // Inside a compiled program (its stream is batching) the collective is a
@@ -363,6 +398,10 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
   auto outcome = std::make_shared<CollectiveOutcome>();
   Transport* c = transport_.get();
   std::string prefix = describe(label, seq);
+  // Right before the item is queued: the events and copies above queue
+  // items of their own. The caller's thread queues it, so the item links to
+  // the c10d op that called the backend.
+  if (tracingItems()) noteCollective(facts, seq);
   launchOn(comm, label,
            [c, body = std::move(body), outcome, prefix = std::move(prefix)] {
              try {
@@ -393,7 +432,62 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::enqueue(
   return work;
 }
 
+// ---- what the profiler is told
+
+int NeuronBackend::globalRank(int group_rank) const {
+  if (group_rank < 0 || group_rank >= static_cast<int>(global_ranks_.size()))
+    return group_rank;  // the default group
+  return global_ranks_[group_rank];
+}
+
+void NeuronBackend::noteCollective(const CollectiveFacts& f,
+                                   uint64_t seq) const {
+  neuron_rt::ItemNote& n = neuron_rt::pendingNote();
+  n.category = neuron_rt::ItemCategory::kCollective;
+  n.set = true;
+  double bytes = f.bytes;
+  if (f.p2p) {  // what this rank sends and receives
+    bytes = 0;
+    for (const auto& op : *f.p2p) bytes += static_cast<double>(op.bytes);
+  }
+  n.bytes = bytes;
+  n.estimate_ns =
+      f.moves_nothing
+          ? 0
+          : neuron_rt::collectiveNs(
+                f.shape, f.estimate_bytes >= 0 ? f.estimate_bytes : bytes,
+                size_);
+  std::ostringstream d;
+  d << "op=" << f.op << ";group=" << group_name_
+    << ";size=" << static_cast<int64_t>(bytes) << ";ranks=" << size_
+    << ";rank=" << globalRank(rank_) << ";group_rank=" << rank_ << ";peers=";
+  if (f.p2p) {
+    std::vector<int> peers;
+    for (const auto& op : *f.p2p) peers.push_back(globalRank(op.peer));
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    for (size_t k = 0; k < peers.size(); ++k) d << (k ? "," : "") << peers[k];
+  } else if (f.peer >= 0) {
+    d << globalRank(f.peer);
+  } else {
+    bool first = true;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      d << (first ? "" : ",") << globalRank(r);
+      first = false;
+    }
+  }
+  d << ";seq=" << seq;
+  if (f.root >= 0) d << ";root=" << globalRank(f.root);
+  if (f.dtype) d << ";dtype=" << c10::getDtypeNames(*f.dtype).first;
+  if (f.reduce_op) d << ";reduce_op=" << reduceOpName(*f.reduce_op);
+  n.detail = std::make_shared<const std::string>(d.str());
+}
+
 // ---- collectives
+
+// The collective patterns the estimate knows.
+using Shape = neuron_rt::CollectiveShape;
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
@@ -409,6 +503,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce(
   return enqueue(
       "c10d::allreduce", c10d::OpType::ALLREDUCE, device, {d, f.tensor}, {t},
       [=](Transport& c) { c.allReduce(p, p, count, e.dtype, op, f.get()); },
+      CollectiveFacts{"all_reduce", Shape::kAllReduce, double(nbytes(d)), -1,
+                      t.scalar_type(), opts.reduceOp.op_},
       copyBackIfStaged(t, d));
 }
 
@@ -439,6 +535,9 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allreduce_coalesced(
       "c10d::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, device,
       {buf, f.tensor}, tensors,
       [=](Transport& c) { c.allReduce(p, p, count, e.dtype, op, f.get()); },
+      CollectiveFacts{"all_reduce_coalesced", Shape::kAllReduce,
+                      double(nbytes(buf)), -1, buf.scalar_type(),
+                      opts.reduceOp.op_},
       unpack(tensors, buf));
 }
 
@@ -454,6 +553,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::broadcast(
   return enqueue(
       "c10d::broadcast", c10d::OpType::BROADCAST, device, {d}, {t},
       [=](Transport& c) { c.broadcast(p, n, coll::DataType::kUInt8, root); },
+      CollectiveFacts{"broadcast", Shape::kBroadcast, double(n), -1,
+                      t.scalar_type(), std::nullopt, root},
       copyBackIfStaged(t, d));
 }
 
@@ -472,6 +573,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce(
   return enqueue(
       "c10d::reduce", c10d::OpType::REDUCE, device, {d, f.tensor}, {t},
       [=](Transport& c) { c.reduce(p, p, count, e.dtype, op, root, f.get()); },
+      CollectiveFacts{"reduce", Shape::kReduce, double(nbytes(d)), -1,
+                      t.scalar_type(), opts.reduceOp.op_, root},
       rank_ == root ? copyBackIfStaged(t, d) : CopyBacks{});
 }
 
@@ -491,6 +594,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_allgather_base(
       "c10d::_allgather_base", c10d::OpType::_ALLGATHER_BASE, device, {in, out},
       {output},
       [=](Transport& c) { c.allGather(pi, po, n, coll::DataType::kUInt8); },
+      CollectiveFacts{"all_gather", Shape::kAllGather, double(nbytes(out)), -1,
+                      input.scalar_type()},
       copyBackIfStaged(output, out));
 }
 
@@ -524,6 +629,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(
   return enqueue(
       "c10d::allgather", c10d::OpType::ALLGATHER, device, {in, buf}, outs,
       [=](Transport& c) { c.allGather(pi, pb, n, coll::DataType::kUInt8); },
+      CollectiveFacts{"all_gather", Shape::kAllGather, double(nbytes(buf)), -1,
+                      input.scalar_type()},
       unpack(outs, buf));
 }
 
@@ -576,6 +683,9 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::_reduce_scatter_base(
       [=](Transport& c) {
         c.reduceScatter(pi, po, count, e.dtype, op, f.get());
       },
+      CollectiveFacts{"reduce_scatter", Shape::kReduceScatter,
+                      double(nbytes(in)), -1, output.scalar_type(),
+                      opts.reduceOp.op_},
       copyBackIfStaged(output, out));
 }
 
@@ -664,6 +774,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall_base(
       [=](Transport& c) {
         c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
       },
+      CollectiveFacts{"all_to_all", Shape::kAllToAll, double(nbytes(in)), -1,
+                      input.scalar_type()},
       copyBackIfStaged(output, out));
 }
 
@@ -708,6 +820,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall(
       [=](Transport& c) {
         c.allToAllV(pi, send_bytes, send_offsets, po, recv_bytes, recv_offsets);
       },
+      CollectiveFacts{"all_to_all", Shape::kAllToAll, double(nbytes(in)), -1,
+                      inputs[0].scalar_type()},
       unpack(outputs, out));
 }
 
@@ -749,6 +863,12 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::gather(
       [=](Transport& c) {
         c.gatherV(pi, pb, counts, coll::DataType::kUInt8, root);
       },
+      // Estimated as an all-gather of the root's result: every rank's piece
+      // crosses the links to the root.
+      CollectiveFacts{"gather", Shape::kAllGather,
+                      double(is_root ? size_ * nbytes(in) : nbytes(in)),
+                      double(size_ * nbytes(in)), input.scalar_type(),
+                      std::nullopt, root},
       is_root ? unpack(outs, buf) : CopyBacks{});
 }
 
@@ -791,6 +911,11 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::scatter(
       [=](Transport& c) {
         c.scatterV(pb, po, counts, coll::DataType::kUInt8, root);
       },
+      // Estimated as the gather's mirror image.
+      CollectiveFacts{"scatter", Shape::kAllGather,
+                      double(is_root ? size_ * nbytes(out) : nbytes(out)),
+                      double(size_ * nbytes(out)), output.scalar_type(),
+                      std::nullopt, root},
       copyBackIfStaged(output, out));
 }
 
@@ -808,8 +933,11 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::send(
   }
   const char* p = ptr(d);
   const size_t n = nbytes(d);
-  return enqueue("c10d::send", c10d::OpType::SEND, device, {d}, {},
-                 [=](Transport& c) { c.send(p, n, dst, tag); });
+  return enqueue(
+      "c10d::send", c10d::OpType::SEND, device, {d}, {},
+      [=](Transport& c) { c.send(p, n, dst, tag); },
+      CollectiveFacts{"send", Shape::kPointToPoint, double(n), -1,
+                      d.scalar_type(), std::nullopt, -1, dst});
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::recv(
@@ -832,7 +960,10 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::recv(
   const size_t n = nbytes(d);
   return enqueue(
       "c10d::recv", c10d::OpType::RECV, device, {d}, {t},
-      [=](Transport& c) { c.recv(p, n, src, tag); }, copyBackIfStaged(t, d));
+      [=](Transport& c) { c.recv(p, n, src, tag); },
+      CollectiveFacts{"recv", Shape::kPointToPoint, double(n), -1,
+                      t.scalar_type(), std::nullopt, -1, src},
+      copyBackIfStaged(t, d));
 }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::barrier(
@@ -845,7 +976,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::barrier(
   // The host waits for a barrier (as with NCCL).
   return enqueue(
       "c10d::barrier", c10d::OpType::BARRIER, device, {}, {},
-      [](Transport& c) { c.barrier(); }, {}, /*blocks_host=*/true);
+      [](Transport& c) { c.barrier(); },
+      CollectiveFacts{"barrier", Shape::kBarrier}, {}, /*blocks_host=*/true);
 }
 
 void NeuronBackend::startCoalescing() {
@@ -858,18 +990,27 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::endCoalescing() {
   std::unique_ptr<Pending> p = std::move(pending_);
   pending_ = std::make_unique<Pending>();
   const c10::DeviceIndex device = boundOrCurrentDevice();
+  // c10d ends the block from Python, not through an op: this host event is
+  // what the profiler links the item to.
+  RECORD_FUNCTION(
+      p->ops.empty() ? "c10d::coalesced" : "c10d::batch_isend_irecv",
+      std::vector<c10::IValue>());
   if (p->ops.empty()) {
     // Collectives in the block were queued as they came: the returned work
     // completes after the last of them.
-    return enqueue("c10d::coalesced", c10d::OpType::COALESCED, device, {}, {},
-                   [](Transport&) {});
+    return enqueue(
+        "c10d::coalesced", c10d::OpType::COALESCED, device, {}, {},
+        [](Transport&) {}, CollectiveFacts::nothing("coalesced"));
   }
   auto ops = std::move(p->ops);
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < ops.size(); ++i)
     if (!ops[i].is_send) outs.push_back(p->tensors[i]);
-  return enqueue("c10d::batch_isend_irecv", c10d::OpType::COALESCED, device,
-                 p->tensors, outs, [ops](Transport& c) { c.exchange(ops); });
+  CollectiveFacts facts{"batch_isend_irecv", Shape::kPointToPoint};
+  facts.p2p = &ops;
+  return enqueue(
+      "c10d::batch_isend_irecv", c10d::OpType::COALESCED, device, p->tensors,
+      outs, [ops](Transport& c) { c.exchange(ops); }, facts);
 }
 
 }  // namespace torch_neuronx

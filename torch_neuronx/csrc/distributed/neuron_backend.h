@@ -19,6 +19,7 @@
 
 #include <c10/core/Stream.h>
 #include <neuron_runtime/collectives/communicator.h>
+#include <neuron_runtime/trainium_estimate.h>
 
 #include <chrono>
 #include <map>
@@ -33,6 +34,7 @@
 namespace torch_neuronx {
 
 class Transport;
+namespace coll = neuron_rt::collectives;
 
 // Outputs a collective writes through a contiguous buffer: (output, buffer)
 // pairs, copied on the communication stream after the collective.
@@ -48,6 +50,31 @@ struct HostSpan {
   bool spansHosts() const { return static_cast<bool>(all); }
 };
 
+// What the profiler is told of a collective's work item: a few scalars each
+// call fills, made into the item's note (strings and all) only while a
+// profile records device items.
+struct CollectiveFacts {
+  const char* op = "";  // "all_reduce", "send", ... (the detail's op=)
+  neuron_rt::CollectiveShape shape = neuron_rt::CollectiveShape::kAllReduce;
+  double bytes = 0;            // tensor bytes moved on this rank
+  double estimate_bytes = -1;  // for the estimate, if not `bytes`
+  std::optional<at::ScalarType> dtype;
+  std::optional<c10d::ReduceOp::RedOpType> reduce_op;
+  int root = -1;  // group rank of a rooted collective's root
+  int peer = -1;  // group rank of a send's or recv's peer
+  // batch_isend_irecv: its sends and receives (peers and bytes).
+  const std::vector<coll::Communicator::P2POp>* p2p = nullptr;
+  bool moves_nothing = false;  // estimated at 0
+  // An item that moves no data (the end of a coalesced block).
+  static CollectiveFacts nothing(const char* op) {
+    CollectiveFacts f;
+    f.op = op;
+    f.shape = neuron_rt::CollectiveShape::kBarrier;
+    f.moves_nothing = true;
+    return f;
+  }
+};
+
 class NeuronBackend final : public c10d::Backend {
  public:
   // Joins the communicator of this group (its name is agreed through
@@ -55,9 +82,12 @@ class NeuronBackend final : public c10d::Backend {
   // DistBackendError after `timeout`.
   // `hosts`: how a group spanning hosts is laid out; default for a group on
   // one host.
+  // `global_ranks`: the group's ranks in the default group, by group rank
+  // (empty: the default group itself); the profiler names peers by them.
   NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                 int size, std::chrono::milliseconds timeout,
-                std::string group_name, HostSpan hosts = {});
+                std::string group_name, HostSpan hosts = {},
+                std::vector<int> global_ranks = {});
   ~NeuronBackend() override;
 
   const std::string getBackendName() const override { return "neuron"; }
@@ -153,13 +183,16 @@ class NeuronBackend final : public c10d::Backend {
   // Queues `body(communicator)` on the communication stream of `device`
   // after the current stream's work, then the copy-backs; `used` are
   // recorded on that stream. The work completes after the copy-backs.
+  // `facts`: what the profiler is told of the item.
   template <typename Body>
-  c10::intrusive_ptr<c10d::Work> enqueue(const char* label, c10d::OpType type,
-                                         c10::DeviceIndex device,
-                                         const std::vector<at::Tensor>& used,
-                                         std::vector<at::Tensor> outputs,
-                                         Body body, CopyBacks copies = {},
-                                         bool blocks_host = false);
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      const char* label, c10d::OpType type, c10::DeviceIndex device,
+      const std::vector<at::Tensor>& used, std::vector<at::Tensor> outputs,
+      Body body, const CollectiveFacts& facts, CopyBacks copies = {},
+      bool blocks_host = false);
+  // Describes the collective `seq` as the next item this thread queues.
+  void noteCollective(const CollectiveFacts& facts, uint64_t seq) const;
+  int globalRank(int group_rank) const;
   void drain();
   // The host layout and gloo groups of the sub-group `ranks` of a group
   // spanning hosts (empty when they are all on one host).
@@ -175,6 +208,7 @@ class NeuronBackend final : public c10d::Backend {
   std::map<std::vector<int>, int> split_counts_;  // splits made, by ranks
   std::vector<int> host_of_rank_;
   std::string group_name_;
+  std::vector<int> global_ranks_;  // empty: the default group
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;  // where splits meet
   std::unique_ptr<Transport> transport_;

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -68,10 +69,17 @@ void bindCompile(py::module_& m) {
         std::vector<ProgramLaunch::KernelArg> values;
         std::vector<at::Tensor> keep;
         values.reserve(args.size());
+        const bool traced = ProgramLaunch::tracing();
+        ProgramLaunch::StepCost cost;
         for (py::handle a : args) {
           PyObject* o = a.ptr();
           if (THPVariable_Check(o)) {
             const at::Tensor& t = THPVariable_Unpack(o);
+            if (traced) {
+              cost.bytes += static_cast<double>(t.nbytes());
+              cost.elements =
+                  std::max(cost.elements, static_cast<double>(t.numel()));
+            }
             if (t.is_privateuseone()) {
               values.push_back({reinterpret_cast<int64_t>(t.data_ptr())});
             } else {
@@ -102,7 +110,7 @@ void bindCompile(py::module_& m) {
                              "; kernels take tensors, integers and floats");
           }
         }
-        p.kernel(e.address, e.label, std::move(values), std::move(keep));
+        p.kernel(e.address, e.label, std::move(values), std::move(keep), cost);
       });
 }
 

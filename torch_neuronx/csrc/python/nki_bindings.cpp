@@ -10,15 +10,19 @@
 #include <neuron_runtime/nki/parallel.h>
 #include <neuron_runtime/nki/program.h>
 #include <neuron_runtime/nki/records.h>
+#include <neuron_runtime/trace.h>
+#include <neuron_runtime/trainium_estimate.h>
 #include <pybind11/numpy.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/device.h"
 #include "core/stream.h"
 #include "eager/op_stats.h"
 
@@ -165,6 +169,71 @@ py::dict recordsDict(const nki::Program& p) {
   return d;
 }
 
+// ---- the profiler's view of a launch ----------------------------------------
+
+bool tracingItems() {
+  return neuron_rt::Runtime::initialized() && runtime().trace().enabled();
+}
+
+// The cost model's estimate for the profiler's target (trn2, the default, is
+// the program's own; trn1 is estimated again).
+std::shared_ptr<const nki::Profile> profileForTarget(const nki::Program& p) {
+  if (neuron_rt::trainiumModel().name == "trn1")
+    return std::make_shared<const nki::Profile>(
+        nki::estimateCost(p, nki::trainium1CostParameters()));
+  return std::make_shared<const nki::Profile>(p.profile());
+}
+
+// The engines as the NKI documentation names them, by nki::Engine code. The
+// trace keeps labels for the life of the process: these are literals.
+constexpr const char* kEngineLabels[] = {
+    "DMA", "Tensor Engine", "Vector Engine", "Scalar Engine", "GpSimd Engine"};
+static_assert(sizeof(kEngineLabels) / sizeof(kEngineLabels[0]) == nki::kEngines,
+              "an engine without a label");
+static_assert(static_cast<int>(nki::Engine::kDma) == 0 &&
+                  static_cast<int>(nki::Engine::kTensor) == 1 &&
+                  static_cast<int>(nki::Engine::kVector) == 2 &&
+                  static_cast<int>(nki::Engine::kScalar) == 3 &&
+                  static_cast<int>(nki::Engine::kGpSimd) == 4,
+              "kEngineLabels follows nki::Engine's order");
+
+int64_t roundNs(double ns) { return static_cast<int64_t>(std::llround(ns)); }
+
+// Describes the launch about to be queued: a kernel whose estimate is the
+// cost model's total, its matmul flops and DMA traffic.
+void noteKernel(const nki::Profile& prof, const std::string& label) {
+  neuron_rt::ItemNote& n = neuron_rt::pendingNote();
+  n.category = neuron_rt::ItemCategory::kKernel;
+  n.set = true;
+  n.estimate_ns = roundNs(prof.total_ns);
+  n.flops = static_cast<double>(prof.matmul_flops);
+  n.bytes = static_cast<double>(prof.dma_bytes);
+  n.tensor_engine = prof.matmul_flops > 0;
+  constexpr char kPrefix[] = "nki::";  // kernel.py's label
+  const bool prefixed = label.rfind(kPrefix, 0) == 0;
+  n.detail = std::make_shared<const std::string>(
+      "kernel=" + (prefixed ? label.substr(sizeof(kPrefix) - 1) : label));
+}
+
+// On the worker, inside the traced item: each engine the kernel keeps busy,
+// as a child carrying the cost model's busy time (engines overlap, so the
+// children are estimates only; they take no measured time).
+void traceEngines(const nki::Profile& prof) {
+  neuron_rt::setRunningItemEstimate(roundNs(prof.total_ns));
+  const int64_t now = neuron_rt::nowNs();
+  for (int e = 0; e < nki::kEngines; ++e) {
+    if (prof.busy_ns[e] <= 0) continue;
+    neuron_rt::ItemNote n;
+    n.category = neuron_rt::ItemCategory::kEngine;
+    n.set = true;
+    n.estimate_ns = roundNs(prof.busy_ns[e]);
+    n.detail = std::make_shared<const std::string>(
+        std::string("engine=") + nki::engineName(static_cast<nki::Engine>(e)) +
+        ";instructions=" + std::to_string(prof.instructions[e]));
+    neuron_rt::traceChild(kEngineLabels[e], now, now, std::move(n));
+  }
+}
+
 }  // namespace
 
 void bindNki(py::module_& m) {
@@ -243,9 +312,16 @@ void bindNki(py::module_& m) {
                 static_cast<int64_t>(addresses.size()) == p->externals(),
                 "NKI: the kernel takes ", p->externals(), " tensors, got ",
                 addresses.size());
+            // While a profile records device items: the kernel's cost
+            // model, for its item (set here) and its engines (on the worker).
+            std::shared_ptr<const nki::Profile> prof;
+            if (tracingItems()) {
+              prof = profileForTarget(*p);
+              noteKernel(*prof, label);
+            }
             launch(static_cast<c10::DeviceIndex>(device), internLabel(label),
                    [p = std::move(p), ptrs = addressesOf(addresses),
-                    locations = std::move(locations)] {
+                    locations = std::move(locations), prof = std::move(prof)] {
                      try {
                        p->run(ptrs.data());
                      } catch (const nki::ProgramError& e) {
@@ -256,6 +332,10 @@ void bindNki(py::module_& m) {
                            (known ? locations[loc] + ": " : std::string()) +
                            e.what());
                      }
+                     // (An item queued before the profile began has no
+                     // figures of its own: the program's, for trn2.)
+                     if (neuron_rt::tracingRunningItem())
+                       traceEngines(prof ? *prof : p->profile());
                    });
           },
           py::arg("addresses"), py::arg("device"), py::arg("label"),
