@@ -48,6 +48,7 @@ from examples.gpt.model import GPTConfig
 from examples.gpt.train import build_model, make_optimizer, parse_device, train_step
 
 LAYER_PREFIX = "layer:"
+ROOT_LAYER = "gpt"
 DEFAULT_OUT = Path(__file__).resolve().parent / "timeline.png"
 
 
@@ -69,6 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--top", type=int, default=10, help="rows of the top-items table")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="do not wait for the device at the end of each step (the device then runs "
+        "behind the host, a step's work spilling into the next steps)",
+    )
     args = p.parse_args(argv)
     if args.active < 1 or args.wait < 0 or args.warmup < 0:
         p.error("--active must be >= 1, --wait and --warmup >= 0")
@@ -81,7 +89,8 @@ def add_layer_ranges(model: torch.nn.Module) -> None:
     through the autograd nodes' link to their forward op."""
     layers = {"tok_emb": "embedding", "pos_emb": "embedding", "ln_f": "head", "lm_head": "head"}
     for name, module in model.named_modules():
-        label = layers.get(name)
+        # The model itself: its own ops (embedding sum, the loss) outside the layers.
+        label = ROOT_LAYER if name == "" else layers.get(name)
         if name.startswith("blocks.") and name.count(".") == 1:
             label = "block " + name.split(".")[1]
         if label is None:
@@ -129,7 +138,7 @@ def op_labels(ops: pd.DataFrame) -> pd.DataFrame:
             by_seq.setdefault((thread, seq), forward_layer[c])
 
     rows = []
-    for c, thread in zip(ops["correlation"], ops["thread"], strict=True):
+    for c in ops["correlation"]:
         layer, phase = "other", "other"
         for a in ancestors(c):
             n = name[a]
@@ -147,8 +156,6 @@ def op_labels(ops: pd.DataFrame) -> pd.DataFrame:
             if n == "data":
                 layer, phase = "data", "data"
                 break
-        if layer == "other" and phase == "other" and thread == ops["thread"].iloc[0]:
-            phase = "forward"  # ops of the model's own forward (the loss) outside layers
         rows.append((c, layer, phase))
     return pd.DataFrame(rows, columns=["correlation", "layer", "phase"])
 
@@ -220,8 +227,7 @@ def draw_timeline(
     inside = set(in_step["correlation"]) - step_rows
     # Top-level: no enclosing event inside the step other than the step itself.
     host = in_step[~in_step["parent"].isin(inside) & ~in_step["correlation"].isin(step_rows)]
-    host = host[~host["name"].astype(str).str.startswith(LAYER_PREFIX)]
-    layers = in_step[names.str.startswith(LAYER_PREFIX)]
+    layers = in_step[names.str.startswith(LAYER_PREFIX) & (names != LAYER_PREFIX + ROOT_LAYER)]
     dev, _ = tables.select_steps(items, ops, [number])
     dev = dev[(dev["parent"] < 0) & (dev["category"] != "engine")]
     est = dev[dev["estimate_ns"] > 0]
@@ -327,7 +333,11 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(total_steps):
             with record_function("data"):
                 x, y = get_batch("train", args.batch, args.seq_len, device, gen)
-            train_step(model, optimizer, x, y)
+            loss = train_step(model, optimizer, x, y)
+            if args.sync:
+                # As a loop logging its loss every step: the step's device work
+                # finishes inside its ProfilerStep range.
+                loss.item()
             prof.step()
     t_train = time.perf_counter() - t0
     print(
