@@ -135,3 +135,12 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
     globals()[name] = value  # later lookups are plain attribute reads
     return value
+
+
+# torch.profiler learns TorchNeuron's NeuronConfig / custom_profiler_config
+# (profiling/hooks.py), and NEURON_RT_INSPECT_ENABLE=1 profiles the whole
+# process until exit. After _register(): exit handlers run last-registered
+# first, so the profile stops before the runtime drains its queues.
+from .profiling import _maybe_start_inspect_from_env  # noqa: E402
+
+_maybe_start_inspect_from_env()

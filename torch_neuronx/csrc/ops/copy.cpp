@@ -142,6 +142,8 @@ c10::Scalar localScalarDense(const at::Tensor& self) {
   auto plan = std::make_shared<AliasPlan>();
   plan->add(self);
   auto result = std::make_shared<c10::Scalar>();
+  if (profiler::recordingItems())
+    profiler::noteCopyItem(static_cast<int64_t>(self.element_size()));
   launch(d, "aten::_local_scalar_dense", [plan, result] {
     runOnDevice([&] { *result = at::_local_scalar_dense(plan->build()[0]); });
   });

@@ -11,6 +11,7 @@
 #include "eager/run_on_device.h"
 #include "core/generator.h"
 #include "core/stream.h"
+#include "profiler/op_cost.h"
 
 namespace torch_neuronx {
 
@@ -36,6 +37,8 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
   plan->add(input);
   plan->add(out);
   plan->add(mask);
+  if (profiler::recordingItems())
+    profiler::noteEagerItem("aten::native_dropout", *plan);
   launch(device, "aten::native_dropout", [plan, gen, keep]() mutable {
     runOnDevice([&] {
       AliasPlan::Built t = plan->build();  // input, out, mask

@@ -16,6 +16,7 @@
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
 #include "core/stream.h"
+#include "profiler/op_cost.h"
 
 namespace torch_neuronx {
 namespace {
@@ -81,6 +82,7 @@ at::Tensor histcOp(const at::Tensor& self, int64_t bins, const at::Scalar& min,
   auto plan = std::make_shared<AliasPlan>();
   plan->add(self);
   plan->add(out);
+  if (profiler::recordingItems()) profiler::noteEagerItem("aten::histc", *plan);
   launch(self.device().index(), "aten::histc", [plan, bins, lo, hi] {
     runOnDevice([&] {
       AliasPlan::Built t = plan->build();  // input, out

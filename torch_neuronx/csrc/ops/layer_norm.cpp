@@ -15,6 +15,7 @@
 #include "eager/run_on_device.h"
 #include "core/memory_history.h"
 #include "core/stream.h"
+#include "profiler/op_cost.h"
 
 namespace torch_neuronx {
 namespace {
@@ -88,6 +89,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nativeLayerNorm(
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
            &x, &gamma, &beta, &out, &mean, &rstd})
     plan->add(*t);
+  if (profiler::recordingItems()) profiler::noteEagerItem(kName, *plan);
   launchKernel(device, kName, [plan, M = M, N = N, eps] {
     AliasPlan::Built t = plan->build();  // x, gamma, beta, out, mean, rstd
     at::native::LayerNormKernel(c10::kCPU, t[0], t[1], t[2], M, N, eps, &t[3],
@@ -142,6 +144,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nativeLayerNormBackward(
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
            &dy, &x, &m, &r, &gamma, &dx, &dgamma, &dbeta})
     plan->add(*t);
+  if (profiler::recordingItems()) profiler::noteEagerItem(kName, *plan);
   launchKernel(device, kName, [plan, M = M, N = N] {
     AliasPlan::Built t = plan->build();  // dy, x, mean, rstd, gamma, dx, ...
     at::native::LayerNormBackwardKernel(c10::kCPU, t[0], t[1], t[2], t[3], t[4],

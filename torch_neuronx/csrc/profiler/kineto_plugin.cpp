@@ -144,6 +144,10 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     SessionStore& store = newStore();
     const std::string target = neuron_rt::trainiumModel().name;
     const int32_t pid = static_cast<int32_t>(getpid());
+    // A flow arrow joins a host op to the first item it queued (viewers pair
+    // one start with one end per id); later items of the op are linked to it
+    // all the same.
+    std::set<uint64_t> arrowed;
     for (size_t i = 0; i < items.size(); ++i) {
       const DeviceItem& it = items[i];
       streams_.insert({it.device, it.stream});
@@ -162,6 +166,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       a.device = it.device;
       a.resource = it.stream;
       a.threadId = it.stream;
+      a.addMetadata("device", it.device);
       a.addMetadata("stream", it.stream);
       a.addMetadataQuoted("category", it.category);
       if (it.estimate_ns >= 0)
@@ -177,17 +182,21 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         if (it.correlation) {
           a.addMetadata("correlation", it.correlation);
           a.linked = host_op;
-          a.flow.id = static_cast<uint32_t>(it.correlation);
-          a.flow.type = libkineto::kLinkAsyncCpuGpu;
-          a.flow.start = 0;
         }
+      }
+      const bool arrow = !child && it.correlation && it.host_thread &&
+                         arrowed.insert(it.correlation).second;
+      if (arrow) {
+        a.flow.id = static_cast<uint32_t>(it.correlation);
+        a.flow.type = libkineto::kLinkAsyncCpuGpu;
+        a.flow.start = 0;
       }
       // Engines are estimates only: not on the measured track.
       if (it.category != "engine") a.log(logger);
       else store.activities.pop_back();
 
       // Where the arrow starts: the host thread, when it queued the item.
-      if (!child && it.correlation && it.host_thread) {
+      if (arrow) {
         store.activities.emplace_back(store.span,
                                       ActivityType::PRIVATEUSE1_RUNTIME,
                                       "neuron_queue_item");
@@ -251,10 +260,17 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     return nullptr;  // the activities live in the SessionStore
   }
 
+  // Ops and record_function ranges nest on a thread, so one stack serves
+  // both: an item links to the innermost (its op; an NKI launch, which is no
+  // op, to its "nki::<kernel>" range).
   void pushCorrelationId(uint64_t id) override {
     neuron_rt::pushCorrelation(id);
   }
   void popCorrelationId() override { neuron_rt::popCorrelation(); }
+  void pushUserCorrelationId(uint64_t id) override {
+    neuron_rt::pushCorrelation(id);
+  }
+  void popUserCorrelationId() override { neuron_rt::popCorrelation(); }
 
   std::string getDeviceProperties() override { return ""; }
 

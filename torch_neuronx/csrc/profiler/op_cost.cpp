@@ -16,8 +16,10 @@ double numel(c10::IntArrayRef sizes) {
   return n;
 }
 
+// `name` is `op` or one of its overloads ("aten::mm" matches "aten::mm.out").
 bool nameIs(const char* name, const char* op) {
-  return std::strcmp(name, op) == 0;
+  const size_t n = std::strlen(op);
+  return std::strncmp(name, op, n) == 0 && (name[n] == '\0' || name[n] == '.');
 }
 
 // Flops of a matrix product from its two operands (the last two dims of

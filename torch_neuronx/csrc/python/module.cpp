@@ -56,6 +56,7 @@ py::dict deviceProperties(int index) {
 py::list drainTrace() {
   py::list out;
   for (const auto& r : runtime().trace().drain()) {
+    if (r.parent_seq) continue;  // a step or engine: the profiler's detail
     py::dict d;
     d["device"] = r.device;
     d["stream"] = r.stream;
