@@ -245,3 +245,16 @@ def test_profiles_one_after_another(xw):
             torch.neuron.synchronize()
         dev = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1]
         assert [e.name for e in dev] == ["aten::add.Tensor"] * n
+
+
+def test_legacy_profiler_times_ops_with_device_events(xw):
+    # torch's fallback for PrivateUse1 (no Kineto): the backend's profiler
+    # stubs record a device event when each op starts and ends.
+    x, w = xw
+    with torch.autograd.profiler.profile(use_device="neuron", use_kineto=False) as prof:
+        _step(x, w)
+        torch.neuron.synchronize()
+    ops = {e.key: e for e in prof.key_averages()}
+    assert ops["aten::mm"].device_time_total > 0
+    assert ops["aten::mm"].cpu_time_total > 0
+    assert "NEURON" in prof.key_averages().table(row_limit=3)

@@ -13,7 +13,8 @@ namespace py = pybind11;
 namespace torch_neuronx {
 namespace profiler {
 void registerKinetoPlugin();
-}
+void registerProfilerStubs();
+}  // namespace profiler
 
 namespace {
 
@@ -60,6 +61,7 @@ py::dict modelDict(const neuron_rt::TrainiumModel& m) {
 
 void bindProfiler(py::module_& m) {
   profiler::registerKinetoPlugin();
+  profiler::registerProfilerStubs();
   m.def("_profiler_items", &lastItems);
   // The model of one device (a logical core) the estimates use.
   m.def("_profiler_target", [] {
