@@ -258,3 +258,44 @@ def test_legacy_profiler_times_ops_with_device_events(xw):
     assert ops["aten::mm"].device_time_total > 0
     assert ops["aten::mm"].cpu_time_total > 0
     assert "NEURON" in prof.key_averages().table(row_limit=3)
+
+
+def _profile_cpu_code_in_forked_child(conn):
+    out = {}
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            torch.ones(4).add(1)
+        out["cpu"] = sorted({e.name for e in prof.events()})
+        try:
+            with profile():  # default activities: CPU and the device
+                torch.ones(4).add(1)
+            out["default"] = "no error"
+        except RuntimeError as e:
+            out["default"] = str(e)
+    except BaseException as e:  # pragma: no cover - reported to the parent
+        out["unexpected"] = repr(e)
+    conn.send(out)
+
+
+def test_profiles_in_a_forked_child(xw):
+    # The parent has used the device; a forked child cannot. As with CUDA, a
+    # CPU profile works there, and a profile of the device (torch.profiler's
+    # default activities) fails with the fork error, not a crash.
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_profile_cpu_code_in_forked_child, args=(child,))
+    p.start()
+    try:
+        assert parent.poll(60), "the child did not answer"
+        out = parent.recv()
+    finally:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert "unexpected" not in out, out
+    assert "aten::add" in out["cpu"]
+    assert "forked subprocess" in out["default"]
+    assert p.exitcode == 0

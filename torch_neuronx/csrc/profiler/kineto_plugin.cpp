@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "core/device.h"
@@ -113,23 +114,43 @@ AnnotationWarningFilter& annotationWarningFilter() {
 
 class NeuronSession final : public libkineto::IActivityProfilerSession {
  public:
+  // torch.profiler's default activities include the device: a profile of
+  // CPU code starts this session too. It never throws into Kineto: a child
+  // forked after the parent used the device (where the runtime cannot start)
+  // records no device items and says why in errors().
   void start() override {
-    auto& trace = runtime().trace();
-    (void)trace.drain();  // what an earlier, unprofiled run left
-    offset_ns_ = steadyToUnixOffsetNs();
-    trace.enable(true);
-    status_ = libkineto::TraceStatus::RECORDING;
+    try {
+      if (neuron_rt::Runtime::inBadFork())
+        throw std::runtime_error(
+            "neuron profiler: the device cannot be used in a process forked "
+            "after its parent started the runtime; no device items recorded");
+      auto& trace = runtime().trace();
+      (void)trace.drain();  // what an earlier, unprofiled run left
+      offset_ns_ = steadyToUnixOffsetNs();
+      trace.enable(true);
+      active_ = true;
+      status_ = libkineto::TraceStatus::RECORDING;
+    } catch (const std::exception& e) {
+      errors_.push_back(e.what());
+      status_ = libkineto::TraceStatus::ERROR;
+    }
   }
 
   void stop() override {
-    // Items still queued belong to the profile: let them finish first.
-    if (neuron_rt::Runtime::initialized()) runtime().synchronizeAll();
+    if (!active_) return;
+    try {
+      // Items still queued belong to the profile: let them finish first.
+      runtime().synchronizeAll();
+    } catch (const std::exception& e) {
+      errors_.push_back(e.what());  // a device error: what ran is still here
+    }
     runtime().trace().enable(false);
     records_ = runtime().trace().drain();
+    active_ = false;
     status_ = libkineto::TraceStatus::PROCESSING;
   }
 
-  std::vector<std::string> errors() override { return {}; }
+  std::vector<std::string> errors() override { return errors_; }
 
   void processTrace(libkineto::ActivityLogger& logger) override {
     processTrace(logger, nullptr, 0, 0);
@@ -276,6 +297,8 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
  private:
   int64_t offset_ns_ = 0;
+  bool active_ = false;
+  std::vector<std::string> errors_;
   std::vector<neuron_rt::TraceRecord> records_;
   std::set<std::pair<int, int>> streams_;
 };
