@@ -345,10 +345,10 @@ def test_cpu_tensors_an_op_needs_on_the_cpu_stay_there():
 
 
 def test_cpu_autocopy_can_be_made_an_error(monkeypatch):
-    # TorchNeuron's calling style: both switches (with fallback execution allowed,
-    # the graph runs eagerly instead: tests/test_compile_cpu_inputs.py).
+    # Fallback execution is off by default (with it on, the graph runs eagerly
+    # instead: tests/test_compile_cpu_inputs.py).
     monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
-    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
     model = OnNeuron().to(DEV)
     with pytest.raises(RuntimeError, match="Input tensor at index 0 is on cpu device"):
         torch.compile(model, backend="neuron")(torch.randn(3, 6), torch.zeros(2))
@@ -359,10 +359,23 @@ def test_cpu_autocopy_can_be_made_an_error(monkeypatch):
     assert out.shape == (3, 4)
 
 
-def test_a_graph_that_fails_to_compile_runs_eagerly_with_one_warning(monkeypatch):
-    # An Inductor option that does not exist makes compile_fx fail for this graph.
+def test_a_graph_that_fails_to_compile_raises_or_runs_eagerly_with_one_warning(monkeypatch):
+    # An Inductor option that does not exist makes compile_fx fail for this graph. By
+    # default it raises (the policy's cases: tests/test_compile_errors.py).
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from torch_neuronx.neuron_dynamo_backend import NEFFCompilationError
+
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
     f = torch.compile(pointwise, backend="neuron", options={"no_such_inductor_option": 1})
     x, y = torch.randn(3, 4), torch.randn(3, 4)
+    with pytest.raises(BackendCompilerFailed, match="no_such_inductor_option") as info:
+        f(x.to(DEV), y.to(DEV))
+    assert isinstance(info.value.inner_exception, NEFFCompilationError)
+
+    torch._dynamo.reset()
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    f = torch.compile(pointwise, backend="neuron", options={"no_such_inductor_option": 1})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = f(x.to(DEV), y.to(DEV))
@@ -370,12 +383,6 @@ def test_a_graph_that_fails_to_compile_runs_eagerly_with_one_warning(monkeypatch
     msgs = [str(w.message) for w in caught if "runs eagerly instead" in str(w.message)]
     assert len(msgs) == 1, msgs
     assert counters["neuron"]["eager_fallbacks"] == 1
-
-    torch._dynamo.reset()
-    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
-    f = torch.compile(pointwise, backend="neuron", options={"no_such_inductor_option": 1})
-    with pytest.raises(Exception, match="no_such_inductor_option"):
-        f(x.to(DEV), y.to(DEV))
 
 
 def test_launch_blocking_runs_each_step_on_its_own():
@@ -398,7 +405,8 @@ def test_launch_blocking_runs_each_step_on_its_own():
     env = {
         **os.environ,
         "NEURON_LAUNCH_BLOCKING": "1",
-        # the program's own error (with fallback, the eager run's: test_compile_errors.py)
+        # the program's own error (the default; with fallback on, the eager run's:
+        # test_compile_errors.py), whatever the caller's environment says
         "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1",
     }
     r = subprocess.run(

@@ -113,8 +113,9 @@ def test_scalar_cpu_tensors_and_python_numbers():
 
 
 def test_autocopy_disabled_raises_naming_the_input(monkeypatch):
+    # Fallback execution is off by default.
     monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
-    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
 
     @torch.compile(backend="neuron")
     def fn(x):
@@ -129,7 +130,7 @@ def test_autocopy_disabled_raises_naming_the_input(monkeypatch):
 
 def test_autocopy_disabled_with_fallback_runs_eagerly_with_a_warning(monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
-    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -137,6 +138,22 @@ def test_autocopy_disabled_with_fallback_runs_eagerly_with_a_warning(monkeypatch
     assert out.device.type == "cpu" and out.tolist() == [2.0, 2.0]
     (msg,) = [str(w.message) for w in caught if "Input tensor at index 0" in str(w.message)]
     assert "runs eagerly" in msg
+    assert "fallback execution is on: TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0" in msg
+
+
+@pytest.mark.parametrize("env", ["0", "1"])
+def test_autocopy_disabled_follows_the_fallback_option_over_the_variable(monkeypatch, env):
+    monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", env)
+    allowed = env == "1"  # the option says the opposite of the variable
+    f = torch.compile(lambda x, y: x + y, backend="neuron", options={"fallback_execution": allowed})
+    if allowed:
+        with pytest.warns(UserWarning, match=r'options=\{"fallback_execution": True\}'):
+            out = f(torch.ones(2), torch.ones(2))
+        assert out.device.type == "cpu" and out.tolist() == [2.0, 2.0]
+    else:
+        with pytest.raises(RuntimeError, match=r"Input tensor at index 0 is on cpu device"):
+            f(torch.ones(2), torch.ones(2))
 
 
 def test_reduce_overhead_on_cpu_inputs():

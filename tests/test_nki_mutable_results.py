@@ -18,8 +18,9 @@ from torch_neuronx.nki import NKIError
 
 @pytest.fixture(autouse=True)
 def _compiled_graphs_must_compile(monkeypatch):
-    # A graph the neuron backend cannot compile would silently run eagerly.
-    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+    # A graph the neuron backend cannot compile must fail the test, not run eagerly:
+    # the default, kept whatever the caller's environment says.
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
 
 
 @nki.jit

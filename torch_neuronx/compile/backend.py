@@ -6,13 +6,16 @@ registered as an Inductor device (``inductor_device.py``): each compiled graph r
 as one work item per call. ``options`` takes Inductor's options and ``model_name``
 (shown in ``torch.neuron.get_dynamo_metrics()``); ``mode`` takes Inductor's modes.
 
-A graph Inductor cannot compile runs eagerly instead, with one warning naming it
-(``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` raises NEFFCompilationError instead).
-A compiled graph whose program fails on the device during the call (NEFFExecutionError,
-``errors.py``) runs eagerly for that call, with a warning, as TorchNeuron's does
-(``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` raises it instead) — unless the
-program writes into its inputs: the steps that ran before the failure may have written
-them, and an eager re-run would apply those writes twice, so the error is raised.
+Fallback execution (``fallback_policy``) is off by default, as in TorchNeuron
+(``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` defaults to 1): a graph Inductor cannot
+compile raises NEFFCompilationError, and a compiled graph whose program fails on the
+device during the call raises NEFFExecutionError (``errors.py``). With it on
+(``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0``, or ``options={"fallback_execution":
+True}``, which overrides the variable either way), the graph that cannot be compiled
+runs eagerly instead, with one warning naming it, and a failed call runs eagerly for
+that call, with a warning — unless the program writes into its inputs: the steps that
+ran before the failure may have written them, and an eager re-run would apply those
+writes twice, so the error is raised.
 
 CPU tensors (TorchNeuron's CPU autocopy): a graph whose tensors are all on the
 CPU runs on neuron as a whole (``cpu_graph.py``: inputs copied in, outputs on
@@ -20,7 +23,7 @@ neuron, mutations copied back, random ops drawn from the CPU generator). A graph
 that computes on neuron keeps the CPU tensors it computes with on the CPU (as in
 eager mode) and has those it only moves to neuron copied before it runs.
 ``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes such an input an error
-(with fallback execution allowed, the graph runs eagerly where its tensors are).
+(with fallback execution on, the graph runs eagerly where its tensors are).
 
 Random ops draw the numbers they draw eagerly (Inductor's ``fallback_random``:
 each is the ATen op, launched in program order, so it claims the same (seed,
@@ -32,9 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
+import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -51,7 +56,8 @@ __all__ = [
     "set_model_name",
 ]
 
-_NEURON_OPTIONS = ("model_name",)
+# Options the backend takes itself; the rest are Inductor's config.
+_NEURON_OPTIONS = ("model_name", "fallback_execution")
 _model_name: str | None = None
 
 
@@ -73,6 +79,57 @@ def create_neuron_backend(**options: Any):
         return neuron_backend(gm, example_inputs, options=merged, **kwargs)
 
     return backend
+
+
+FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
+_TURN_ON = f'set {FALLBACK_ENV}=0 or pass options={{"fallback_execution": True}}'
+
+
+@dataclasses.dataclass(frozen=True)
+class FallbackPolicy:
+    """Whether a compiled graph falls back to eager execution (``allowed``), what
+    decided it (``source``, for messages) and how to get the other behaviour
+    (``to_change``)."""
+
+    allowed: bool
+    source: str
+    to_change: str
+
+
+def fallback_policy(options: Mapping[str, Any]) -> FallbackPolicy:
+    """Fallback execution for a graph compiled with ``options``: the
+    ``fallback_execution`` option (True/False) if given, else
+    TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION: "1"/"true" (the default, TorchNeuron's)
+    raise, "0"/"false" run eagerly. Read when each graph is compiled, so a malformed
+    value is an error at the first compile, not at the first failure it would decide."""
+    value = options.get("fallback_execution")
+    if value is not None:
+        if not isinstance(value, bool):
+            raise ValueError(
+                f'neuron: options["fallback_execution"] must be True or False, not {value!r}'
+            )
+        return FallbackPolicy(
+            value,
+            f'options={{"fallback_execution": {value}}}',
+            f'pass options={{"fallback_execution": {not value}}}',
+        )
+    raw = os.environ.get(FALLBACK_ENV)
+    if raw is None:
+        return FallbackPolicy(False, f"{FALLBACK_ENV} defaults to 1", _TURN_ON)
+    flag = raw.strip().lower()
+    if flag in ("1", "true"):
+        return FallbackPolicy(False, f"{FALLBACK_ENV}={raw}", _TURN_ON)
+    if flag in ("0", "false"):
+        return FallbackPolicy(
+            True,
+            f"{FALLBACK_ENV}={raw}",
+            f"unset {FALLBACK_ENV} (or set it to 1) or pass "
+            'options={"fallback_execution": False}',
+        )
+    raise ValueError(
+        f"{FALLBACK_ENV}={raw!r} is not a valid value: use 1 or true (the default: a "
+        "graph that fails to compile or run raises) or 0 or false (it runs eagerly instead)"
+    )
 
 
 def _moved_to_neuron(node: torch.fx.Node) -> bool:
@@ -108,9 +165,9 @@ def _cpu_inputs_to_copy(
     return copy
 
 
-def _autocopy_refused(to_copy: dict[int, torch.device]) -> bool:
+def _autocopy_refused(to_copy: dict[int, torch.device], fallback: FallbackPolicy) -> bool:
     """TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY and a CPU input to copy: an error
-    (TorchNeuron's message), or with fallback execution allowed, an eager run."""
+    (TorchNeuron's message), or with fallback execution on, an eager run."""
     if not to_copy or not env_flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
         return False
     message = (
@@ -118,11 +175,11 @@ def _autocopy_refused(to_copy: dict[int, torch.device]) -> bool:
         "tensor to Neuron device first with tensor.to('neuron') "
         "(TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY is set, so CPU inputs are not copied)"
     )
-    if env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"):
+    if not fallback.allowed:
         raise RuntimeError(message)
     warnings.warn(
-        f"neuron: {message}; the graph runs eagerly instead (set "
-        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1 to raise)",
+        f"neuron: {message}; the graph runs eagerly instead (fallback execution is on: "
+        f"{fallback.source}; to raise, {fallback.to_change})",
         stacklevel=3,
     )
     return True
@@ -156,10 +213,13 @@ def _with_cpu_autocopy(gm, to_copy: dict[int, torch.device], example_inputs, com
     return run
 
 
-def _not_rerun_because(error: NEFFExecutionError) -> str | None:
+def _not_rerun_because(error: NEFFExecutionError, fallback: FallbackPolicy) -> str | None:
     """Why a failed call is not run eagerly instead, if it is not."""
-    if env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"):
-        return "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION is set"
+    if not fallback.allowed:
+        return (
+            f"fallback execution is off ({fallback.source}); to run a failed call "
+            f"eagerly, {fallback.to_change}"
+        )
     if error.writes_inputs:
         return (
             "the graph writes into its inputs, and the steps that ran before the failure "
@@ -168,7 +228,7 @@ def _not_rerun_because(error: NEFFExecutionError) -> str | None:
     return None
 
 
-def _with_execution_fallback(compiled, gm: torch.fx.GraphModule):
+def _with_execution_fallback(compiled, gm: torch.fx.GraphModule, fallback: FallbackPolicy):
     """``compiled``, with a call whose program fails on the device run eagerly
     (``gm.forward``) instead: TorchNeuron's fallback execution (module docstring).
 
@@ -180,7 +240,7 @@ def _with_execution_fallback(compiled, gm: torch.fx.GraphModule):
         try:
             return compiled(*args)
         except NEFFExecutionError as e:
-            reason = _not_rerun_because(e)
+            reason = _not_rerun_because(e, fallback)
             if reason is not None:
                 e.args = (f"{e.args[0]}\nNot run eagerly instead: {reason}.",)
                 raise
@@ -189,7 +249,8 @@ def _with_execution_fallback(compiled, gm: torch.fx.GraphModule):
             counters["neuron"]["execution_fallbacks"] += 1
             warnings.warn(
                 f"{str(e).splitlines()[0]}\n{e.graph} runs eagerly instead for this call "
-                "(set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1 to raise NEFFExecutionError)",
+                f"(fallback execution is on: {fallback.source}; to raise NEFFExecutionError, "
+                f"{fallback.to_change})",
                 stacklevel=2,
             )
             return gm.forward(*args)
@@ -224,8 +285,9 @@ def neuron_backend(
 
     from .inductor_device import register
 
-    register()
     options = dict(options or {})
+    fallback = fallback_policy(options)
+    register()
     timer = metrics.GraphTimer(gm, options.get("model_name") or get_model_name())
     patches, captures = _config_patches(mode, options)
     compile_kwargs: dict[str, Any] = {}
@@ -242,7 +304,7 @@ def neuron_backend(
         to_copy = dict.fromkeys(cpu_graph.cpu_input_indices(example_inputs), None)
     else:
         to_copy = _cpu_inputs_to_copy(gm, example_inputs)
-    if _autocopy_refused(to_copy):
+    if _autocopy_refused(to_copy, fallback):
         timer.finish(fell_back=True)
         return gm.forward
 
@@ -256,17 +318,19 @@ def neuron_backend(
             else:
                 compiled = _with_cpu_autocopy(gm, to_copy, example_inputs, compile_graph)
     except Exception as e:
-        if env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"):
+        if not fallback.allowed:
             raise NEFFCompilationError(
-                f"neuron: {timer.record.graph_name} could not be compiled: {e}"
+                f"neuron: {timer.record.graph_name} could not be compiled: "
+                f"{type(e).__name__}: {e}\nFallback execution is off ({fallback.source}); "
+                f"to run the graph eagerly instead, {fallback.to_change}"
             ) from e
         warnings.warn(
             f"neuron: {timer.record.graph_name} could not be compiled and runs eagerly instead "
-            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); set "
-            "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1 to raise instead",
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); fallback "
+            f"execution is on ({fallback.source}); to raise instead, {fallback.to_change}",
             stacklevel=2,
         )
         timer.finish(fell_back=True)
         return gm.forward
     timer.finish(fell_back=False)
-    return _with_execution_fallback(compiled, gm)
+    return _with_execution_fallback(compiled, gm, fallback)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 
 class NEFFCompilationError(RuntimeError):
-    """A graph could not be compiled into a device program (raised instead of
-    running it eagerly when TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION is set)."""
+    """A graph could not be compiled into a device program. Raised unless fallback
+    execution is on (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0, or the compile option
+    ``fallback_execution=True``), which runs the graph eagerly instead."""
 
 
 class NEFFExecutionError(RuntimeError):
@@ -20,9 +21,11 @@ class NEFFExecutionError(RuntimeError):
 
     Raised where the failure is seen at the call: under NEURON_LAUNCH_BLOCKING=1
     (each step of the program waits for the device), or when the program waited for
-    the device itself and one of its own steps had failed. ``backend="neuron"`` then
-    runs the graph eagerly instead, unless TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION
-    is set or the program writes into its inputs (see ``writes_inputs``).
+    the device itself and one of its own steps had failed. With fallback execution on
+    (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0, or the compile option
+    ``fallback_execution=True``; off by default), ``backend="neuron"`` runs the graph
+    eagerly for that call instead, unless the program writes into its inputs (see
+    ``writes_inputs``).
 
     A failure found later, at a synchronisation point (``.item()``, ``.cpu()``,
     ``torch.neuron.synchronize()``), is a plain ``RuntimeError`` naming the graph
