@@ -34,6 +34,11 @@ def _register():
 
     _track_from_env()
 
+    # Adaptive eager from TORCH_NEURONX_ADAPTIVE_EAGER, before any op runs.
+    from .adaptive_eager import apply_env as _adaptive_from_env
+
+    _adaptive_from_env()
+
     # 3. torch.compile: the program cache directory, and hooks that register
     # neuron with Dynamo/Inductor when they are first imported.
     from .compile import registration as compile_registration

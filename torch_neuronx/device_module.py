@@ -125,6 +125,25 @@ __all__ = [
 
 __all__ += ["NeuronGraph", "graph", "is_current_stream_capturing"]
 
+# Adaptive eager (adaptive_eager.py): repeated op sequences run as one item.
+from .adaptive_eager import (  # noqa: E402
+    adaptive_eager,
+    adaptive_eager_stats,
+    is_adaptive_eager_enabled,
+    reset_adaptive_eager,
+    reset_adaptive_eager_stats,
+    set_adaptive_eager,
+)
+
+__all__ += [
+    "adaptive_eager",
+    "adaptive_eager_stats",
+    "is_adaptive_eager_enabled",
+    "reset_adaptive_eager",
+    "reset_adaptive_eager_stats",
+    "set_adaptive_eager",
+]
+
 # torch.autocast("neuron") looks this up on the device module.
 from .amp import get_amp_supported_dtype  # noqa: E402
 

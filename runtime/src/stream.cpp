@@ -43,6 +43,10 @@ Stream::Stream(int device, int id, int priority, Trace* trace)
 
 Stream::~Stream() {
   {
+    std::lock_guard<std::mutex> g(adaptive_mu_);
+    runHeldLocked();  // held items run like every other queued item
+  }
+  {
     std::lock_guard<std::mutex> g(sleep_mu_);
     stop_.store(true, std::memory_order_seq_cst);
   }
@@ -179,6 +183,40 @@ uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
   ItemNote note;
   const bool traced = tracing();
   if (traced) note = noteFor(kind);
+  if (adaptiveSettings().enabled.load(std::memory_order_relaxed) ||
+      adaptive_holding_.load(std::memory_order_acquire)) {
+    const uint64_t signature = takeItemSignature();
+    if (kind == ItemKind::kMarker || batching() || capturing() ||
+        !adaptiveSettings().enabled.load(std::memory_order_relaxed)) {
+      adaptiveBoundary();  // runs what is held first: order is kept
+    } else {
+      // The item's identity: what it is (its label) and what it was called
+      // with (the signature the host gave; 0: unsigned, not adaptable).
+      const uint64_t identity =
+          signature ? (signature ^ reinterpret_cast<uintptr_t>(label)) *
+                              1099511628211ull +
+                          static_cast<uint64_t>(kind)
+                    : 0;
+      std::lock_guard<std::mutex> g(adaptive_mu_);
+      switch (adapter_.onItem(identity)) {
+        case SequenceAdapter::Action::kPlain:
+          break;
+        case SequenceAdapter::Action::kHold:
+          adaptive_held_.push_back(Held{label, kind, std::move(fn),
+                                        std::move(task), std::move(note)});
+          adaptive_holding_.store(true, std::memory_order_release);
+          return enqueued_.load(std::memory_order_acquire);
+        case SequenceAdapter::Action::kComplete:
+          adaptive_held_.push_back(Held{label, kind, std::move(fn),
+                                        std::move(task), std::move(note)});
+          runHeldLocked();
+          return enqueued_.load(std::memory_order_acquire);
+        case SequenceAdapter::Action::kDeviate:
+          runHeldLocked();  // what was held first, then this item
+          break;
+      }
+    }
+  }
   if (batching_.load(std::memory_order_acquire)) {
     if (kind != ItemKind::kMarker) {
       std::lock_guard<std::mutex> g(batch_mu_);
@@ -193,6 +231,40 @@ uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
   }
   return link(label, kind, std::move(fn), std::move(task),
               traced ? &note : nullptr);
+}
+
+void Stream::adaptiveBoundary() {
+  std::lock_guard<std::mutex> g(adaptive_mu_);
+  adapter_.onBoundary();
+  runHeldLocked();
+}
+
+void Stream::runHeldLocked() {
+  if (adaptive_held_.empty()) return;
+  std::vector<Held> held;
+  held.swap(adaptive_held_);
+  adaptive_holding_.store(false, std::memory_order_release);
+  if (held.size() == 1) {  // nothing to combine
+    Held& h = held.front();
+    link(h.label, h.kind, std::move(h.fn), std::move(h.task),
+         tracing() ? &h.note : nullptr);
+    return;
+  }
+  const char* label = adaptiveItemLabel(held.front().label, held.back().label);
+  auto combined = std::make_unique<BatchTask>(label);
+  ItemNote note;
+  if (tracing()) {
+    note = held.front().note;  // the first op's correlation and queue time
+    note.set = false;
+    note.category = ItemCategory::kProgram;
+    note.detail = std::make_shared<const std::string>(
+        "adaptive=" + std::to_string(held.size()) + " items");
+  }
+  for (Held& h : held)
+    combined->work().add(h.label, std::move(h.fn), std::move(h.task),
+                         std::move(h.note));
+  link(label, ItemKind::kCompute, nullptr, std::move(combined),
+       tracing() ? &note : nullptr);
 }
 
 void Stream::beginCapture(uint64_t id) {
@@ -389,6 +461,9 @@ void Stream::workerLoop() {
 
 void Stream::waitFor(uint64_t seq) {
   throwIfCapturing("a host wait for the stream");
+  if (adaptiveSettings().enabled.load(std::memory_order_relaxed) ||
+      adaptive_holding_.load(std::memory_order_acquire))
+    adaptiveBoundary();  // a held item may be what is waited for
   if (batching()) flushBatch();  // a held item may be what is waited for
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   int64_t until = nowNs() + kWaitSpinNs;
@@ -412,6 +487,9 @@ void Stream::waitFor(uint64_t seq) {
 
 void Stream::synchronize() {
   throwIfCapturing("a stream synchronize");
+  if (adaptiveSettings().enabled.load(std::memory_order_relaxed) ||
+      adaptive_holding_.load(std::memory_order_acquire))
+    adaptiveBoundary();
   if (batching()) flushBatch();
   waitFor(enqueued_.load(std::memory_order_acquire));
   // What the finished items captured (tensors, buffers) is released now, so
@@ -420,6 +498,17 @@ void Stream::synchronize() {
 }
 
 bool Stream::query() const {
+  if (adaptive_holding_.load(std::memory_order_acquire)) {
+    // Held items would never run if the host polled for them: a poll runs
+    // them (a boundary: the sequence was not complete).
+    auto* self = const_cast<Stream*>(this);
+    std::lock_guard<std::mutex> g(self->adaptive_mu_);
+    if (!self->adaptive_held_.empty()) {
+      self->adapter_.onBoundary();
+      self->runHeldLocked();
+      return false;
+    }
+  }
   if (batching()) {
     std::lock_guard<std::mutex> g(batch_mu_);
     if (!held_.empty()) return false;

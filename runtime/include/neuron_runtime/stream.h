@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "neuron_runtime/sequence_adapter.h"
 #include "neuron_runtime/status.h"
 #include "neuron_runtime/trace.h"
 
@@ -151,6 +152,10 @@ class Stream {
   bool tracing() const { return trace_ && trace_->enabled(); }
   // Queues the held items (if any) as one item.
   void flushBatch();
+  // Adaptive eager (sequence_adapter.h): a boundary ends the window and runs
+  // what is held; runHeldLocked queues the held items as one item.
+  void adaptiveBoundary();
+  void runHeldLocked();
   struct Held {
     const char* label;
     ItemKind kind;
@@ -204,6 +209,14 @@ class Stream {
 
   std::atomic<bool> batching_{false};
   mutable std::mutex batch_mu_;  // the fields below
+  // Adaptive eager: the window's bookkeeping and the items held while a
+  // repeated sequence is matched (adaptive_mu_, taken before append_mu_).
+  std::mutex adaptive_mu_;
+  SequenceAdapter adapter_;
+  std::vector<Held> adaptive_held_;
+  // adaptive_held_ is not empty: read without the lock on the fast paths, so
+  // held items still run first when the mode is switched off meanwhile.
+  std::atomic<bool> adaptive_holding_{false};
   const char* batch_label_ = "";
   ItemNote batch_note_;  // the program that began the batch (while tracing)
   std::vector<Held> held_;

@@ -52,6 +52,7 @@ class AliasPlan {
   // undefined ones).
   int count() const { return static_cast<int>(tensors_.size()); }
   c10::IntArrayRef sizesOf(int i) const { return tensors_[i].sizes; }
+  c10::IntArrayRef stridesOf(int i) const { return tensors_[i].strides; }
   int64_t itemsizeOf(int i) const {
     return tensors_[i].storage >= 0 ? tensors_[i].dtype.itemsize() : 0;
   }

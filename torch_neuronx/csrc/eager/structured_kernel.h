@@ -35,6 +35,7 @@
 #include "core/storage.h"
 #include "core/stream.h"
 #include "profiler/op_cost.h"
+#include "adaptive/item_signature.h"
 
 namespace torch_neuronx::structured {
 
@@ -227,6 +228,7 @@ inline void launchHeld(c10::DeviceIndex device, const char* name,
                        neuron_rt::TaskPtr work, const FailureSlot& failure,
                        const MetaCacheKey& meta_key, const AliasPlan& plan) {
   if (profiler::recordingItems()) profiler::noteEagerItem(name, plan);
+  if (adaptive::enabled()) adaptive::signFromPlan(name, plan);
   launchTask(device, name, std::move(work));
   if (failure) finishValidation(device, failure, signatureKey(), meta_key);
 }

@@ -14,6 +14,7 @@
 #include "core/pinned_allocator.h"
 #include "core/stream.h"
 #include "profiler/op_cost.h"
+#include "adaptive/item_signature.h"
 
 namespace torch_neuronx {
 namespace {
@@ -50,6 +51,7 @@ std::function<void()> copyItem(const at::Tensor& dst, const at::Tensor& src) {
   auto plan = std::make_shared<AliasPlan>();
   addOperand(*plan, dst);
   addOperand(*plan, src);
+  if (adaptive::enabled()) adaptive::signFromPlan("copy", *plan);
   return [plan] {
     runOnDevice([&] {
       AliasPlan::Built t = plan->build();

@@ -12,6 +12,7 @@
 #include "core/generator.h"
 #include "core/stream.h"
 #include "profiler/op_cost.h"
+#include "adaptive/item_signature.h"
 
 namespace torch_neuronx {
 
@@ -39,6 +40,7 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
   plan->add(mask);
   if (profiler::recordingItems())
     profiler::noteEagerItem("aten::native_dropout", *plan);
+  if (adaptive::enabled()) adaptive::signFromPlan("aten::native_dropout", *plan);
   launch(device, "aten::native_dropout", [plan, gen, keep]() mutable {
     runOnDevice([&] {
       AliasPlan::Built t = plan->build();  // input, out, mask

@@ -16,6 +16,7 @@
 #include "core/memory_history.h"
 #include "core/stream.h"
 #include "profiler/op_cost.h"
+#include "adaptive/item_signature.h"
 
 namespace torch_neuronx {
 namespace {
@@ -90,6 +91,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nativeLayerNorm(
            &x, &gamma, &beta, &out, &mean, &rstd})
     plan->add(*t);
   if (profiler::recordingItems()) profiler::noteEagerItem(kName, *plan);
+  if (adaptive::enabled()) adaptive::signFromPlan(kName, *plan);
   launchKernel(device, kName, [plan, M = M, N = N, eps] {
     AliasPlan::Built t = plan->build();  // x, gamma, beta, out, mean, rstd
     at::native::LayerNormKernel(c10::kCPU, t[0], t[1], t[2], M, N, eps, &t[3],
@@ -145,6 +147,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nativeLayerNormBackward(
            &dy, &x, &m, &r, &gamma, &dx, &dgamma, &dbeta})
     plan->add(*t);
   if (profiler::recordingItems()) profiler::noteEagerItem(kName, *plan);
+  if (adaptive::enabled()) adaptive::signFromPlan(kName, *plan);
   launchKernel(device, kName, [plan, M = M, N = N] {
     AliasPlan::Built t = plan->build();  // dy, x, mean, rstd, gamma, dx, ...
     at::native::LayerNormBackwardKernel(c10::kCPU, t[0], t[1], t[2], t[3], t[4],

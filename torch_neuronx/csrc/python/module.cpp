@@ -25,6 +25,7 @@ void bindCompile(py::module_& m);
 void bindNki(py::module_& m);
 void bindGraphs(py::module_& m);
 void bindProfiler(py::module_& m);
+void bindAdaptive(py::module_& m);
 }  // namespace torch_neuronx
 
 namespace {
@@ -150,4 +151,5 @@ PYBIND11_MODULE(_C, m) {
   bindCompile(m);
   bindNki(m);
   bindProfiler(m);
+  bindAdaptive(m);
 }

@@ -1,0 +1,137 @@
+// Adaptive eager: a stream notices a sequence of eager items that repeats
+// between synchronization points (a training or decode step) and, once it
+// has seen it `threshold` times, runs its next occurrences as ONE work item.
+//
+// The items are the very items plain eager queues, run in the same order:
+// holding them changes when they run, never what they compute. A window is
+// what a stream queues between two boundaries: a host wait (synchronize,
+// waitFor, query), a marker (event record or wait), an item that is not
+// adaptable (a collective, a compiled program, an NKI kernel: anything the
+// host did not sign), or a capture. Windows are identified by the sequence of
+// their items' identities (the op and its argument signature: dtypes, shapes,
+// strides, scalars, aliasing). When a window starts like an adapted sequence,
+// its items are held; the held items run as one item when the sequence is
+// complete or a boundary comes, and as soon as an item deviates (they run,
+// in order, then the stream goes on plainly until the next boundary).
+//
+// Code that never synchronizes (a training loop that does not read its loss)
+// has one endless window; there a sequence is found as a period: the last P
+// items (P >= 8) equal the P before them.
+//
+// This is the first stage of the mode: the held items run as they are. The
+// second (a fused program built from the sequence) plugs in where a
+// complete sequence runs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace neuron_rt {
+
+struct AdaptiveSettings {
+  std::atomic<bool> enabled{false};
+  // Occurrences of a window before its next occurrences are adapted.
+  std::atomic<int> threshold{2};
+  // Adapted sequences kept per stream (least recently used go first).
+  std::atomic<int> max_sequences{16};
+  // Windows a stream records without ever adapting one before it gives up
+  // (shapes that change every step): it then runs plainly, saying so once.
+  std::atomic<int> max_fruitless_windows{64};
+  // Windows longer than this are not adapted as a whole (they can still
+  // contain periods); the recording starts afresh.
+  std::atomic<int> max_sequence_items{4096};
+  // The shortest period adapted (shorter ones are loops over a few ops).
+  std::atomic<int> min_period{8};
+  // Adapted sequences that deviate this many times in a row, with no
+  // complete replay between: the stream gives up (saying so once).
+  std::atomic<int> max_deviations{16};
+  // Bumped to make every stream forget what it learned (adapted sequences,
+  // counts, giving up): turning the mode on starts afresh.
+  std::atomic<uint64_t> generation{0};
+};
+AdaptiveSettings& adaptiveSettings();
+
+struct AdaptiveStats {
+  std::atomic<uint64_t> windows{0};       // windows recorded
+  std::atomic<uint64_t> adapted{0};       // sequences adapted (built)
+  std::atomic<uint64_t> replays{0};       // complete sequences run as one item
+  std::atomic<uint64_t> deviations{0};    // held sequences that deviated
+  std::atomic<uint64_t> items_held{0};    // items that ran inside a replay
+  std::atomic<uint64_t> evictions{0};     // sequences dropped by the LRU
+  std::atomic<uint64_t> streams_given_up{0};
+  std::atomic<uint64_t> cached{0};        // sequences cached now, all streams
+};
+AdaptiveStats& adaptiveStats();
+void resetAdaptiveStats();
+
+// The host signs the next item it queues from this thread: 0 = unsigned
+// (not adaptable). Read (and reset) by the stream the item goes to.
+void signNextItem(uint64_t signature);
+uint64_t takeItemSignature();
+
+// The name of the item a held sequence runs as: "adaptive <first> .. <last>"
+// (interned: it lives for the process, as item labels must).
+const char* adaptiveItemLabel(const char* first, const char* last);
+
+// One stream's window bookkeeping. Not thread-safe: the stream calls it
+// under its own lock.
+class SequenceAdapter {
+ public:
+  SequenceAdapter() = default;
+  SequenceAdapter(const SequenceAdapter&) = delete;
+  SequenceAdapter& operator=(const SequenceAdapter&) = delete;
+  ~SequenceAdapter();
+
+  enum class Action {
+    kPlain,     // queue the item as usual
+    kHold,      // hold it (a sequence is being matched)
+    kComplete,  // hold it; the sequence is complete: run what is held
+    kDeviate,   // run what is held, then queue this item as usual
+  };
+
+  // An item with `identity` (label and signature; 0 when unsigned).
+  Action onItem(uint64_t identity);
+  // The window ends (a boundary). Returns true if items were being held
+  // (the caller runs them).
+  bool onBoundary();
+  bool holding() const { return matching_ != nullptr; }
+
+ private:
+  struct Sequence {
+    uint64_t hash;
+    std::vector<uint64_t> items;
+  };
+  void endWindow();
+  void adapt(uint64_t hash, std::vector<uint64_t> items);
+  void record(uint64_t identity);
+  void giveUp(const char* why);
+  Sequence* findStartingWith(uint64_t identity);
+
+  // The window being recorded.
+  std::vector<uint64_t> window_;
+  uint64_t window_hash_ = 1469598103934665603ull;
+  bool window_broken_ = false;  // grew too long: not adapted as a whole
+  // Period search over window_: where each identity was last seen, the
+  // candidate period and how many items in a row repeat it.
+  std::unordered_map<uint64_t, size_t> last_seen_;
+  size_t period_ = 0;
+  size_t run_ = 0;
+  int deviations_in_a_row_ = 0;
+  uint64_t generation_ = 0;
+  void forgetIfStale();
+  // How often each window hash was seen (bounded).
+  std::unordered_map<uint64_t, int> seen_;
+  // Adapted sequences, most recently used first.
+  std::list<Sequence> lru_;
+  Sequence* matching_ = nullptr;
+  size_t matched_ = 0;
+  bool deviated_ = false;  // this window deviated: no new match until it ends
+  int fruitless_ = 0;
+  bool gave_up_ = false;
+};
+
+}  // namespace neuron_rt

@@ -1,0 +1,206 @@
+"""Adaptive eager (first stage): repeated op sequences run as one work item, with
+plain eager's results, order, errors and memory."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import torch_neuronx
+
+
+@pytest.fixture(autouse=True)
+def _adaptive_off_after():
+    torch.neuron.reset_adaptive_eager()
+    yield
+    torch_neuronx._C._adaptive_set_enabled(False)
+    torch_neuronx._C._adaptive_configure(2, 16, 64)
+    torch.neuron.synchronize()
+
+
+def _train(adaptive, steps=6, read_loss=True, seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64),
+        torch.nn.Dropout(0.2),
+        torch.nn.GELU(),
+        torch.nn.LayerNorm(64),
+        torch.nn.Linear(64, 4),
+    ).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(16, 32, device="neuron")
+    torch.neuron.manual_seed(seed)
+    losses = []
+    torch.neuron.reset_adaptive_eager()
+    with torch.neuron.adaptive_eager(adaptive):
+        for _ in range(steps):
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item() if read_loss else loss.detach())
+        stats = torch.neuron.adaptive_eager_stats()
+    losses = [float(v) for v in losses]
+    return losses, [p.detach().cpu() for p in model.parameters()], stats
+
+
+def test_api_and_stats():
+    assert not torch.neuron.is_adaptive_eager_enabled()
+    with torch.neuron.adaptive_eager():
+        assert torch.neuron.is_adaptive_eager_enabled()
+        with torch.neuron.adaptive_eager(False):
+            assert not torch.neuron.is_adaptive_eager_enabled()
+        assert torch.neuron.is_adaptive_eager_enabled()
+    assert not torch.neuron.is_adaptive_eager_enabled()
+    torch.neuron.set_adaptive_eager(True, threshold=3)
+    stats = torch.neuron.adaptive_eager_stats()
+    assert stats["enabled"] and stats["threshold"] == 3
+    for key in (
+        "windows",
+        "sequences_adapted",
+        "replays",
+        "deviations",
+        "items_in_replays",
+        "evictions",
+        "cached_sequences",
+        "streams_given_up",
+        "hit_rate",
+    ):
+        assert key in stats
+    with pytest.raises(ValueError, match="threshold"):
+        torch.neuron.set_adaptive_eager(True, threshold=0)
+    assert torch_neuronx.set_adaptive_eager is torch.neuron.set_adaptive_eager
+
+
+@pytest.mark.parametrize("read_loss", [True, False], ids=["loss-read-each-step", "no-sync"])
+def test_training_equals_plain_eager_bitwise(read_loss):
+    plain, plain_params, _ = _train(False, read_loss=read_loss)
+    adapted, adapted_params, stats = _train(True, read_loss=read_loss)
+    assert adapted == plain
+    for a, b in zip(adapted_params, plain_params, strict=True):
+        assert torch.equal(a, b)
+    assert stats["sequences_adapted"] >= 1
+    assert stats["replays"] >= 1 and stats["items_in_replays"] > 20
+
+
+def test_one_device_item_per_replayed_sequence():
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        _train(True, steps=5)
+    items = torch_neuronx._C._profiler_items()
+    adapted = [i for i in items if i["parent"] < 0 and i["name"].startswith("adaptive ")]
+    assert adapted, [i["name"] for i in items if i["parent"] < 0]
+    top = items.index(adapted[0])
+    children = [i for i in items if i["parent"] == top]
+    first, last = adapted[0]["name"][len("adaptive ") :].split(" .. ")
+    assert children[0]["name"] == first and children[-1]["name"] == last
+    assert len(children) >= 3
+    assert "adaptive=" in adapted[0]["detail"]
+    assert adapted[0]["estimate_ns"] > 0  # the sum of its ops'
+    assert prof.key_averages() is not None
+
+
+def test_sync_points_views_inplace_and_printing():
+    torch.neuron.set_adaptive_eager(True)
+    base = torch.arange(64.0, device="neuron").reshape(8, 8)
+    expected = base.cpu()
+    for step in range(6):
+        v = base[2:6, 1:5]  # a view
+        v.mul_(1.5)  # in place through the view
+        expected[2:6, 1:5] *= 1.5
+        w = base.t().contiguous().add(step)
+        expected_w = expected.t().contiguous() + step
+        if step == 3:
+            text = repr(w)  # printing mid-step is a sync point
+            assert "tensor" in text
+        torch.testing.assert_close(w.cpu(), expected_w, rtol=0, atol=0)
+    torch.testing.assert_close(base.cpu(), expected, rtol=0, atol=0)
+
+
+def test_side_streams_and_events_keep_their_order():
+    torch.neuron.set_adaptive_eager(True)
+    side = torch.neuron.Stream()
+    x = torch.randn(64, 64, device="neuron")
+    results = []
+    for _ in range(5):
+        done = torch.neuron.Event()
+        with torch.neuron.stream(side):
+            y = (x @ x).relu_()
+            y.mul_(0.5)
+            done.record()
+        torch.neuron.current_stream().wait_event(done)
+        z = y.sum(dim=0).add_(1)
+        results.append(z)
+    ref = (x.cpu() @ x.cpu()).relu_().mul_(0.5).sum(dim=0).add_(1)
+    for z in results:
+        torch.testing.assert_close(z.cpu(), ref)
+
+
+def test_memory_peak_is_plain_eagers():
+    def peak(adaptive):
+        torch.neuron.synchronize()
+        torch.neuron.reset_peak_memory_stats()
+        _train(adaptive, steps=5, read_loss=False)
+        torch.neuron.synchronize()
+        return torch.neuron.max_memory_allocated()
+
+    plain = peak(False)
+    adapted = peak(True)
+    assert adapted <= plain * 1.05 + 64 * 1024, (plain, adapted)
+
+
+def test_a_failing_op_in_a_replay_names_the_op():
+    torch.neuron.set_adaptive_eager(True)
+    table = torch.randn(10, 8, device="neuron")
+    good = torch.tensor([1, 2, 3], device="neuron")
+    for _ in range(4):  # adapted and replayed
+        out = table.index_select(0, good).relu().sum()
+        out.item()
+    bad = torch.tensor([1, 2, 99], device="neuron")  # same signature, bad value
+    assert torch.neuron.adaptive_eager_stats()["replays"] >= 1
+    # The error names the op inside the combined item, as plain eager's names it.
+    with pytest.raises(
+        RuntimeError, match=r"aten::index_select \(step \d+ of adaptive .*out of range"
+    ):
+        table.index_select(0, bad).relu().sum().item()
+    # The device is usable after the error.
+    assert table.index_select(0, good).sum().item() == pytest.approx(
+        table.cpu().index_select(0, good.cpu()).sum().item(), rel=1e-6
+    )
+
+
+def test_shapes_changing_every_step_give_up_with_one_line(capfd):
+    torch_neuronx._C._adaptive_configure(2, 16, 5)
+    torch.neuron.set_adaptive_eager(True)
+    for n in range(2, 12):
+        x = torch.randn(n, n, device="neuron")
+        (x @ x).relu().sum().item()
+    stats = torch.neuron.adaptive_eager_stats()
+    assert stats["streams_given_up"] >= 1
+    assert stats["sequences_adapted"] == 0
+    err = capfd.readouterr().err
+    assert err.count("runs plain eager from now on") == stats["streams_given_up"]
+
+
+def _run(code, env):
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_environment_variable_and_launch_blocking():
+    code = "import torch, torch_neuronx; print(torch.neuron.is_adaptive_eager_enabled())"
+    r = _run(code, {"TORCH_NEURONX_ADAPTIVE_EAGER": "1"})
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+    r = _run(code, {"TORCH_NEURONX_ADAPTIVE_EAGER": "1", "NEURON_LAUNCH_BLOCKING": "1"})
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+    assert "NEURON_LAUNCH_BLOCKING" in r.stderr
+    r = _run(code, {"TORCH_NEURONX_ADAPTIVE_EAGER": "maybe"})
+    assert r.returncode == 0 and r.stdout.strip() == "False"
+    assert "TORCH_NEURONX_ADAPTIVE_EAGER" in r.stderr
