@@ -17,12 +17,24 @@ ctest --test-dir build/runtime --output-on-failure
 echo "== pytest"
 MULTI_PROCESS=(tests/test_distributed_*.py tests/test_hf_ecosystem.py tests/test_rng_tensor_modes.py
   tests/test_compile.py)
+# A representative part of the suite again with adaptive eager on (training
+# loops, streams and events, RNG, autocast, device errors, memory, Hugging Face
+# models, NKI routing, DDP/FSDP2 on 2 ranks): the mode must not change a result.
+ADAPTIVE=(tests/test_training.py tests/test_streams_events.py tests/test_rng.py
+  tests/test_ops_basic.py tests/test_autocast.py tests/test_layer_norm.py
+  tests/test_device_errors.py tests/test_memory.py tests/test_hf_transformers.py
+  tests/test_nki_torch.py tests/test_distributed_parallel.py)
+run_adaptive() {
+  echo "== pytest with adaptive eager on (TORCH_NEURONX_ADAPTIVE_EAGER=1)"
+  TORCH_NEURONX_ADAPTIVE_EAGER=1 python3 -m pytest -q "${ADAPTIVE[@]}" "$@"
+}
 if [ "$(nproc)" -lt 2 ]; then
   python3 -m pytest -q tests "$@"
+  run_adaptive "$@"
   exit
 fi
 log=$(mktemp /tmp/pytest-multi-process.XXXXXX.log)
-python3 -m pytest -q "${MULTI_PROCESS[@]}" "$@" >"$log" 2>&1 &
+{ python3 -m pytest -q "${MULTI_PROCESS[@]}" "$@" && run_adaptive "$@"; } >"$log" 2>&1 &
 multi=$!
 trap 'kill "$multi" 2>/dev/null || true' INT TERM
 ignore=()
@@ -31,7 +43,7 @@ rest_rc=0
 python3 -m pytest -q tests "${ignore[@]}" "$@" || rest_rc=$?
 multi_rc=0
 wait "$multi" || multi_rc=$?
-echo "== pytest (multi-process jobs: ${MULTI_PROCESS[*]})"
+echo "== pytest (multi-process jobs: ${MULTI_PROCESS[*]}; then adaptive eager on)"
 cat "$log"
 rm -f "$log"
 [ "$rest_rc" -eq 0 ] && [ "$multi_rc" -eq 0 ]

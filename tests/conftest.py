@@ -1,5 +1,6 @@
-"""Helpers shared by the feature tests (fixtures, nothing autouse; one hook, which
-freezes what collection left alive for the garbage collector).
+"""Helpers shared by the feature tests (fixtures, nothing autouse; two hooks: one
+freezes what collection left alive for the garbage collector, one reports what
+adaptive eager did when the session ran with it on).
 
 ``run_py`` runs Python code in a fresh interpreter (for environment variables and
 import-time behaviour); ``busy`` queues a long chain of device work on the current
@@ -26,6 +27,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # longer walks it: torch.neuron.graph() runs one before every capture, as
     # torch.cuda.graph does, and tests run more; each took ~1 s on this heap.
     gc.freeze()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    # With TORCH_NEURONX_ADAPTIVE_EAGER=1 (scripts/run_tests.sh runs part of the
+    # suite so): proof that sequences were adapted and replayed in this process.
+    if os.environ.get("TORCH_NEURONX_ADAPTIVE_EAGER") == "1":
+        stats = torch.neuron.adaptive_eager_stats()
+        keys = ("sequences_adapted", "replays", "items_in_replays", "deviations")
+        terminalreporter.write_line(
+            "adaptive eager (this process): " + ", ".join(f"{k} {stats[k]}" for k in keys)
+        )
 
 
 # Variables that change the backend's behaviour: a subprocess starts without them
