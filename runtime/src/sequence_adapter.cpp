@@ -146,8 +146,15 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
         matching_ = nullptr;  // complete; a next one may start right after
         deviations_in_a_row_ = 0;
         adaptiveStats().replays++;
-        adaptiveStats().items_held += matched_;
+        const int chunk = adaptiveSettings().chunk_items.load();
+        adaptiveStats().items_held +=
+            chunk > 0 ? matched_ - (matched_ - 1) / chunk * chunk : matched_;
         return Action::kComplete;
+      }
+      const int chunk = adaptiveSettings().chunk_items.load();
+      if (chunk > 0 && matched_ % static_cast<size_t>(chunk) == 0) {
+        adaptiveStats().items_held += chunk;
+        return Action::kChunk;
       }
       return Action::kHold;
     }

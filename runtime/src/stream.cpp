@@ -207,6 +207,7 @@ uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
           adaptive_holding_.store(true, std::memory_order_release);
           return enqueued_.load(std::memory_order_acquire);
         case SequenceAdapter::Action::kComplete:
+        case SequenceAdapter::Action::kChunk:
           adaptive_held_.push_back(Held{label, kind, std::move(fn),
                                         std::move(task), std::move(note)});
           runHeldLocked();

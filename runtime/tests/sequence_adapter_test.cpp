@@ -18,6 +18,7 @@ struct AdaptiveOn {
     adaptiveSettings().enabled = true;
     adaptiveSettings().threshold = 2;
     adaptiveSettings().max_fruitless_windows = 64;
+    adaptiveSettings().chunk_items = 64;
     resetAdaptiveStats();
   }
   ~AdaptiveOn() { adaptiveSettings().enabled = false; }
@@ -212,4 +213,30 @@ TEST(SequenceAdapter, GivesUpWhenAdaptedSequencesKeepDeviating) {
   EXPECT_EQ(adaptiveStats().streams_given_up.load(), 1u);
   EXPECT_EQ(ran.size(), 6u + 10u);
   adaptiveSettings().max_deviations = 16;
+}
+
+TEST(SequenceAdapter, LongSequencesRunInParts) {
+  AdaptiveOn on;
+  adaptiveSettings().chunk_items = 8;
+  Trace trace;
+  trace.enable(true);
+  Stream s(0, 0, 0, &trace);
+  std::vector<std::string> ran;
+  static const char* names[] = {"o0",  "o1",  "o2",  "o3",  "o4",  "o5",  "o6",
+                                "o7",  "o8",  "o9",  "o10", "o11", "o12", "o13",
+                                "o14", "o15", "o16", "o17", "o18", "o19"};
+  const std::vector<const char*> step(std::begin(names), std::end(names));
+  for (int i = 0; i < 3; ++i) {
+    queueWindow(s, step, &ran);
+    s.synchronize();
+  }
+  ASSERT_EQ(ran.size(), 60u);
+  for (size_t i = 0; i < ran.size(); ++i) EXPECT_EQ(ran[i], step[i % 20]);
+  std::vector<std::string> got = labels(trace);
+  got.erase(got.begin(), got.begin() + 40);
+  EXPECT_EQ(got, (std::vector<std::string>{"adaptive o0 .. o7",
+                                           "adaptive o8 .. o15",
+                                           "adaptive o16 .. o19"}));
+  EXPECT_EQ(adaptiveStats().replays.load(), 1u);
+  EXPECT_EQ(adaptiveStats().items_held.load(), 20u);
 }

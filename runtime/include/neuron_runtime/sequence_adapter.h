@@ -49,6 +49,9 @@ struct AdaptiveSettings {
   // Adapted sequences that deviate this many times in a row, with no
   // complete replay between: the stream gives up (saying so once).
   std::atomic<int> max_deviations{16};
+  // A long sequence runs in parts of this many items (0: whole), so the
+  // device starts on a step while the host is still issuing it.
+  std::atomic<int> chunk_items{64};
   // Bumped to make every stream forget what it learned (adapted sequences,
   // counts, giving up): turning the mode on starts afresh.
   std::atomic<uint64_t> generation{0};
@@ -90,6 +93,7 @@ class SequenceAdapter {
     kPlain,     // queue the item as usual
     kHold,      // hold it (a sequence is being matched)
     kComplete,  // hold it; the sequence is complete: run what is held
+    kChunk,     // hold it; run what is held (a part), and go on matching
     kDeviate,   // run what is held, then queue this item as usual
   };
 
