@@ -270,6 +270,8 @@ void Stream::runHeldLocked() {
 
 void Stream::beginCapture(uint64_t id) {
   if (id == 0) throw Error(Status::kInvalidArgument, "capture id must be > 0");
+  if (adaptive_holding_.load(std::memory_order_acquire))
+    adaptiveBoundary();  // what adaptive eager holds was queued before: not captured
   flushBatch();
   std::lock_guard<std::mutex> g(capture_mu_);
   if (capture_)

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "neuron_runtime/captured_work.h"
 #include "neuron_runtime/sequence_adapter.h"
 #include "neuron_runtime/stream.h"
 #include "neuron_runtime/trace.h"
@@ -239,4 +240,25 @@ TEST(SequenceAdapter, LongSequencesRunInParts) {
                                            "adaptive o16 .. o19"}));
   EXPECT_EQ(adaptiveStats().replays.load(), 1u);
   EXPECT_EQ(adaptiveStats().items_held.load(), 20u);
+}
+
+TEST(SequenceAdapter, HeldItemsAreNotCapturedByALaterCapture) {
+  AdaptiveOn on;
+  Stream s(0, 0, 0, nullptr);
+  std::vector<std::string> ran;
+  for (int i = 0; i < 2; ++i) {
+    queueWindow(s, {"a", "b", "c"}, &ran);
+    s.synchronize();
+  }
+  ran.clear();
+  queueWindow(s, {"a", "b"}, &ran);  // held
+  s.beginCapture(7);
+  s.enqueue("captured", [&ran] { ran.push_back("captured"); });
+  auto work = s.endCapture();
+  s.synchronize();
+  EXPECT_EQ(ran, (std::vector<std::string>{"a", "b"}));  // ran, not captured
+  EXPECT_EQ(work->size(), 1u);
+  s.replay(work, "graph");
+  s.synchronize();
+  EXPECT_EQ(ran.back(), "captured");
 }
