@@ -1,6 +1,7 @@
 """Adaptive eager (first stage): repeated op sequences run as one work item, with
 plain eager's results, order, errors and memory."""
 
+import json
 import os
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def test_training_equals_plain_eager_bitwise(read_loss):
     assert stats["replays"] >= 1 and stats["items_in_replays"] > 20
 
 
-def test_one_device_item_per_replayed_sequence():
+def test_one_device_item_per_replayed_sequence(tmp_path):
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         _train(True, steps=5)
     items = torch_neuronx._C._profiler_items()
@@ -99,7 +100,24 @@ def test_one_device_item_per_replayed_sequence():
     assert len(children) >= 3
     assert "adaptive=" in adapted[0]["detail"]
     assert adapted[0]["estimate_ns"] > 0  # the sum of its ops'
-    assert prof.key_averages() is not None
+    # Each op inside keeps its own device time, linked to the op that queued it;
+    # the combined item is their range on the stream's track.
+    ops = {e.key: e for e in prof.key_averages()}
+    assert ops["aten::addmm"].device_time_total > 0
+    assert not any(e.name.startswith("adaptive ") for e in prof.events())
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    ranges = [e for e in events if e.get("ph") == "X" and e["name"].startswith("adaptive ")]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert ranges and ranges[0]["tid"] == 0 and ranges[0]["pid"] == 0
+    inside = [
+        k
+        for k in kernels
+        if k["tid"] == 0 and ranges[0]["ts"] <= k["ts"] <= ranges[0]["ts"] + ranges[0]["dur"]
+    ]
+    assert [k["name"] for k in inside][:1] == [first]
+    assert all("correlation" in k["args"] for k in inside)
 
 
 def test_sync_points_views_inplace_and_printing():

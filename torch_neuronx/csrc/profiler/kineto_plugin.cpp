@@ -172,14 +172,24 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     for (size_t i = 0; i < items.size(); ++i) {
       const DeviceItem& it = items[i];
       streams_.insert({it.device, it.stream});
-      const bool child = it.parent >= 0;
+      // An adaptive-eager item (its detail says so) is its ops, each queued
+      // by its own host op: the ops are the kernels, linked to those ops,
+      // and the combined item is their range (an annotation), so every op
+      // keeps its own device time in key_averages().
+      const bool adaptive_range =
+          it.parent < 0 && it.detail.rfind("adaptive=", 0) == 0;
+      const bool adaptive_op =
+          it.parent >= 0 && items[it.parent].detail.rfind("adaptive=", 0) == 0;
+      const bool child = it.parent >= 0 && !adaptive_op;
+      const bool annotation = child || adaptive_range;
       const libkineto::ITraceActivity* host_op =
           (linked && it.correlation) ? linked(static_cast<int32_t>(it.correlation))
                                      : nullptr;
       // The measured item.
       store.activities.emplace_back(
           store.span,
-          child ? ActivityType::USER_ANNOTATION : activityTypeOf(it.category),
+          annotation ? ActivityType::USER_ANNOTATION
+                     : activityTypeOf(it.category),
           it.name);
       GenericTraceActivity& a = store.activities.back();
       a.startTime = it.start_ns;
@@ -197,7 +207,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       if (it.bytes > 0) a.addMetadata("bytes", it.bytes);
       if (it.skipped) a.addMetadata("skipped", 1);
       addDetail(a, it.detail);
-      if (!child) {
+      if (!annotation) {
         a.id = static_cast<int32_t>(it.correlation);
         a.addMetadata("seq", it.seq);
         if (it.correlation) {
@@ -205,7 +215,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
           a.linked = host_op;
         }
       }
-      const bool arrow = !child && it.correlation && it.host_thread &&
+      const bool arrow = !annotation && it.correlation && it.host_thread &&
                          arrowed.insert(it.correlation).second;
       if (arrow) {
         a.flow.id = static_cast<uint32_t>(it.correlation);
