@@ -222,3 +222,36 @@ def test_environment_variable_and_launch_blocking():
     r = _run(code, {"TORCH_NEURONX_ADAPTIVE_EAGER": "maybe"})
     assert r.returncode == 0 and r.stdout.strip() == "False"
     assert "TORCH_NEURONX_ADAPTIVE_EAGER" in r.stderr
+
+
+def test_hooks_retain_grad_out_and_autocast_as_plain_eager():
+    def run(adaptive):
+        torch.manual_seed(3)
+        lin = torch.nn.Linear(16, 16).to("neuron")
+        x = torch.randn(8, 16, device="neuron")
+        seen = []
+        lin.weight.register_hook(lambda g: seen.append(g.detach().sum().item()))
+        out_buf = torch.empty(8, 16, device="neuron")
+        results = []
+        torch.neuron.reset_adaptive_eager()
+        with torch.neuron.adaptive_eager(adaptive):
+            for _ in range(5):
+                h = lin(x)
+                h.retain_grad()
+                with torch.autocast("neuron", dtype=torch.bfloat16):
+                    a = (h @ h.t()).float()
+                with torch.no_grad():
+                    torch.add(h, 1.0, out=out_buf)
+                loss = (a.sum() + h.sum()) * 1e-3
+                loss.backward()
+                results.append((loss.item(), h.grad.cpu(), out_buf.cpu(), a.dtype))
+                lin.zero_grad()
+        return results, seen, torch.neuron.adaptive_eager_stats()
+
+    plain, plain_seen, _ = run(False)
+    adapted, adapted_seen, stats = run(True)
+    assert adapted_seen == plain_seen
+    for (l1, g1, o1, d1), (l2, g2, o2, d2) in zip(plain, adapted, strict=True):
+        assert l1 == l2 and d1 == d2
+        assert torch.equal(g1, g2) and torch.equal(o1, o2)
+    assert stats["replays"] >= 1
