@@ -299,3 +299,23 @@ def test_profiles_in_a_forked_child(xw):
     assert "aten::add" in out["cpu"]
     assert "forked subprocess" in out["default"]
     assert p.exitcode == 0
+
+
+def test_every_device_is_a_named_process(tmp_path):
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two devices")
+    x = torch.randn(16, 16, device="neuron:0")
+    y = torch.randn(16, 16, device="neuron:1")
+    with profile(activities=ACTS) as prof:
+        (x @ x).sum()
+        (y @ y).sum()
+        torch.neuron.synchronize(0)
+        torch.neuron.synchronize(1)
+    trace = _trace(prof, tmp_path)
+    names = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "M" and e["name"] == "process_name":
+            names[e["pid"]] = e["args"]["name"]  # the last one stands
+    assert names[0] == "neuron:0" and names[1] == "neuron:1"
+    dev = _device_events(trace)
+    assert {e["pid"] for e in dev} == {0, 1}

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <IActivityProfiler.h>
+#include <output_base.h>
 #include <neuron_runtime/trace.h>
 #include <neuron_runtime/trainium_estimate.h>
 #include <c10/util/Exception.h>
@@ -112,6 +113,12 @@ AnnotationWarningFilter& annotationWarningFilter() {
   return filter;
 }
 
+libkineto::DeviceInfo deviceInfo(int device) {
+  return libkineto::DeviceInfo{device, device,
+                               "neuron:" + std::to_string(device),
+                               "NeuronCore (simulated)"};
+}
+
 class NeuronSession final : public libkineto::IActivityProfilerSession {
  public:
   // torch.profiler's default activities include the device: a profile of
@@ -127,6 +134,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       auto& trace = runtime().trace();
       (void)trace.drain();  // what an earlier, unprofiled run left
       offset_ns_ = steadyToUnixOffsetNs();
+      start_unix_ns_ = neuron_rt::nowNs() + offset_ns_;
       trace.enable(true);
       active_ = true;
       status_ = libkineto::TraceStatus::RECORDING;
@@ -263,17 +271,25 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         e.log(logger);
       }
     }
+    logger_ = &logger;
     setLastSessionItems(std::move(items));
   }
 
+  // Kineto asks a session for one device's name (after processTrace, and
+  // after its own default names, so this one stands); a process may use
+  // several devices, so the others are named on the same logger here.
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
-    if (streams_.empty()) return nullptr;
-    const int device = streams_.begin()->first;
-    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{
-        device, device, "neuron:" + std::to_string(device),
-        "NeuronCore (simulated)"});
+    std::set<int> devices;
+    for (const auto& [device, stream] : streams_) devices.insert(device);
+    if (devices.empty()) return nullptr;
+    if (logger_)
+      for (auto it = std::next(devices.begin()); it != devices.end(); ++it)
+        logger_->handleDeviceInfo(deviceInfo(*it), start_unix_ns_);
+    return std::make_unique<libkineto::DeviceInfo>(
+        deviceInfo(*devices.begin()));
   }
 
+  // Each stream a thread, with its estimated-Trainium twin beside it.
   std::vector<libkineto::ResourceInfo> getResourceInfos() override {
     std::vector<libkineto::ResourceInfo> out;
     const std::string target = neuron_rt::trainiumModel().name;
@@ -307,6 +323,8 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
  private:
   int64_t offset_ns_ = 0;
+  int64_t start_unix_ns_ = 0;
+  libkineto::ActivityLogger* logger_ = nullptr;  // processTrace's, for names
   bool active_ = false;
   std::vector<std::string> errors_;
   std::vector<neuron_rt::TraceRecord> records_;
