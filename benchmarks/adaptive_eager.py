@@ -9,6 +9,9 @@ batches) and reports ms per training step (batch copy, forward, backward, AdamW)
 * compiled: torch.compile(backend="neuron") on neuron (--compiled; compiling takes a
             minute or more on a cold Inductor cache).
 
+--generate: Hugging Face ``generate()`` of a small Llama (2 layers, hidden 64, greedy, 32
+new tokens after 8) instead, plain eager against adaptive eager (target: >= 1.3x faster).
+
 Sizes: the default GPT (6 layers, d 256, T 128, batch 8) and, with --small, the small
 one (4 layers, d 64, T 32, batch 4). Targets (issue 21): adaptive <= 0.85x CPU and
 <= 1.1x compiled on the default GPT; >= 1.3x faster than plain eager on the small one.
@@ -45,7 +48,55 @@ from examples.gpt.train import build_model, make_optimizer, synchronize, train_s
 MODES = ("cpu", "eager", "adaptive", "compiled")
 
 
+def run_generate(mode: str) -> dict:
+    """ms per generate() call of a small Llama, median of 5 after 2 warm-up calls."""
+    import os
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    transformers.logging.set_verbosity_error()
+    cfg = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval().to("neuron")
+    ids = torch.randint(3, 512, (1, 8), device="neuron")
+    if mode == "adaptive":
+        torch.neuron.set_adaptive_eager(True)
+
+    def generate():
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+
+    t0 = time.perf_counter()
+    generate()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    generate()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        out = generate()
+        times.append(time.perf_counter() - t0)
+    res = {"ms": statistics.median(times) * 1e3, "loss": float(out[0, -1]), "first_ms": first_ms}
+    if mode == "adaptive":
+        res["stats"] = torch.neuron.adaptive_eager_stats()
+    return res
+
+
 def run_one(mode: str, args: argparse.Namespace) -> dict:
+    if args.generate:
+        return run_generate(mode)
     device = torch.device("cpu" if mode == "cpu" else "neuron")
     vocab = get_tokenizer().vocab_size
     if args.small:
@@ -93,14 +144,19 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--small", action="store_true", help="the small GPT (d64, L4, T32, b4)")
     p.add_argument("--compiled", action="store_true", help="also torch.compile")
+    p.add_argument("--generate", action="store_true", help="HF generate() of a small Llama")
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         print(json.dumps(run_one(args.one, args)))
         return
     modes = [m for m in MODES if m != "compiled" or args.compiled]
-    size = "small GPT (d64 L4 T32 b4)" if args.small else "GPT (d256 L6 T128 b8)"
-    print(f"{size}: ms per training step, median of {args.rounds} rounds of {args.steps}")
+    if args.generate:
+        modes = ["eager", "adaptive"]
+        print(f"Llama generate() (greedy, 32 new tokens): ms per call, {args.rounds} rounds")
+    else:
+        size = "small GPT (d64 L4 T32 b4)" if args.small else "GPT (d256 L6 T128 b8)"
+        print(f"{size}: ms per training step, median of {args.rounds} rounds of {args.steps}")
     results: dict[str, list[float]] = {m: [] for m in modes}
     stats = None
     for _ in range(args.rounds):
@@ -110,26 +166,21 @@ def main() -> None:
             cmd += ["--seq-len", str(args.seq_len), "--seed", str(args.seed)]
             if args.small:
                 cmd.append("--small")
+            if args.generate:
+                cmd.append("--generate")
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             results[mode].append(r["ms"])
+            what = "ms/call  last token" if args.generate else "ms/step  loss"
             print(
-                f"  {mode:<9} {r['ms']:9.1f} ms/step  loss {r['loss']:.6f}  "
-                f"first step {r['first_ms']:.0f} ms",
+                f"  {mode:<9} {r['ms']:9.1f} {what} {r['loss']:.6f}  first {r['first_ms']:.0f} ms",
                 flush=True,
             )
             stats = r.get("stats", stats)
     med = {m: statistics.median(v) for m, v in results.items()}
     print("medians: " + ", ".join(f"{m} {v:.1f} ms" for m, v in med.items()))
-    print(
-        f"adaptive / eager: {med['adaptive'] / med['eager']:.2f}   "
-        f"adaptive / cpu: {med['adaptive'] / med['cpu']:.2f}"
-        + (
-            f"   adaptive / compiled: {med['adaptive'] / med['compiled']:.2f}"
-            if "compiled" in med
-            else ""
-        )
-    )
+    ratios = [f"adaptive / {m}: {med['adaptive'] / med[m]:.2f}" for m in med if m != "adaptive"]
+    print("   ".join(ratios))
     if stats:
         print("adaptive eager stats (last run):", stats)
 
