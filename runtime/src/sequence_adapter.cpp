@@ -109,7 +109,8 @@ void SequenceAdapter::record(uint64_t identity) {
 }
 
 void SequenceAdapter::forgetIfStale() {
-  const uint64_t g = adaptiveSettings().generation.load(std::memory_order_relaxed);
+  const uint64_t g =
+      adaptiveSettings().generation.load(std::memory_order_relaxed);
   if (g == generation_) return;
   if (matching_) return;  // held items run first; forgotten after them
   generation_ = g;
@@ -239,7 +240,8 @@ void SequenceAdapter::adapt(uint64_t hash, std::vector<uint64_t> items) {
   lru_.push_front(Sequence{hash, std::move(items)});
   adaptiveStats().adapted++;
   adaptiveStats().cached++;
-  const size_t limit = static_cast<size_t>(adaptiveSettings().max_sequences.load());
+  const size_t limit =
+      static_cast<size_t>(adaptiveSettings().max_sequences.load());
   while (lru_.size() > limit) {
     if (matching_ == &lru_.back()) matching_ = nullptr;
     lru_.pop_back();

@@ -108,7 +108,6 @@ uint64_t Stream::enqueue(const char* label, Fn fn, ItemKind kind) {
   return append(label, kind, std::move(fn), nullptr);
 }
 
-
 uint64_t Stream::enqueue(const char* label, TaskPtr task, ItemKind kind) {
   return append(label, kind, nullptr, std::move(task));
 }
@@ -222,8 +221,8 @@ uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
     if (kind != ItemKind::kMarker) {
       std::lock_guard<std::mutex> g(batch_mu_);
       if (batching_.load(std::memory_order_relaxed)) {
-        held_.push_back(Held{label, kind, std::move(fn), std::move(task),
-                             std::move(note)});
+        held_.push_back(
+            Held{label, kind, std::move(fn), std::move(task), std::move(note)});
         return enqueued_.load(std::memory_order_acquire);
       }
     } else {
@@ -271,7 +270,8 @@ void Stream::runHeldLocked() {
 void Stream::beginCapture(uint64_t id) {
   if (id == 0) throw Error(Status::kInvalidArgument, "capture id must be > 0");
   if (adaptive_holding_.load(std::memory_order_acquire))
-    adaptiveBoundary();  // what adaptive eager holds was queued before: not captured
+    adaptiveBoundary();  // what adaptive eager holds was queued before: not
+                         // captured
   flushBatch();
   std::lock_guard<std::mutex> g(capture_mu_);
   if (capture_)
@@ -438,8 +438,8 @@ void Stream::workerLoop() {
       }
     }
     if (start) {
-      TraceRecord rec{device_, id_, item->seq, item->label, start, nowNs(),
-                      skip, 0, -1, {}};
+      TraceRecord rec{device_, id_,  item->seq, item->label, start,
+                      nowNs(), skip, 0,         -1,          {}};
       rec.note = std::move(item->note);
       if (runningItem().estimate_ns >= 0)
         rec.note.estimate_ns = runningItem().estimate_ns;
@@ -466,7 +466,7 @@ void Stream::waitFor(uint64_t seq) {
   throwIfCapturing("a host wait for the stream");
   if (adaptiveSettings().enabled.load(std::memory_order_relaxed) ||
       adaptive_holding_.load(std::memory_order_acquire))
-    adaptiveBoundary();  // a held item may be what is waited for
+    adaptiveBoundary();          // a held item may be what is waited for
   if (batching()) flushBatch();  // a held item may be what is waited for
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   int64_t until = nowNs() + kWaitSpinNs;

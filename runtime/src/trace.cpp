@@ -101,8 +101,8 @@ void traceChild(const char* label, int64_t start_ns, int64_t end_ns,
                 ItemNote note) {
   RunningItem& r = runningItem();
   if (!r.trace) return;
-  TraceRecord rec{r.device, r.stream, r.seq, label, start_ns, end_ns, false,
-                  0, -1, {}};
+  TraceRecord rec{r.device, r.stream, r.seq, label, start_ns,
+                  end_ns,   false,    0,     -1,    {}};
   rec.parent_seq = r.seq;
   rec.child_index = r.children++;
   rec.note = std::move(note);

@@ -11,16 +11,17 @@ namespace neuron_rt {
 // 1.28 TB/s of NeuronLink per chip of 8 NeuronCore-v3; engines at the NKI
 // cost model's clocks (Vector 0.96 GHz x 128 lanes, Scalar alongside).
 const TrainiumModel& trn2Model() {
-  static const TrainiumModel m{"trn2",   667e3 / 8, 181e3 / 8, 2 * 128 * 0.96,
-                               2900.0 / 8, 1280.0 / 8, 2000.0, 2000.0};
+  static const TrainiumModel m{"trn2",         667e3 / 8,  181e3 / 8,
+                               2 * 128 * 0.96, 2900.0 / 8, 1280.0 / 8,
+                               2000.0,         2000.0};
   return m;
 }
 
 // Trainium1: 190 bf16 TFLOPS, 47.5 fp32 TFLOPS, 820 GB/s HBM and 384 GB/s of
 // NeuronLink-v2 per chip of 2 NeuronCore-v2; Vector engine at 1.12 GHz.
 const TrainiumModel& trn1Model() {
-  static const TrainiumModel m{"trn1",     190e3 / 2, 47.5e3 / 2, 2 * 128 * 1.12,
-                               820.0 / 2, 384.0 / 2,  2000.0,     2000.0};
+  static const TrainiumModel m{"trn1",    190e3 / 2, 47.5e3 / 2, 2 * 128 * 1.12,
+                               820.0 / 2, 384.0 / 2, 2000.0,     2000.0};
   return m;
 }
 

@@ -1,12 +1,13 @@
 // Adaptive eager's first stage: a repeated window of signed items runs as one
 // item from its third occurrence, always in the order the host queued it.
+#include "neuron_runtime/sequence_adapter.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "neuron_runtime/captured_work.h"
-#include "neuron_runtime/sequence_adapter.h"
 #include "neuron_runtime/stream.h"
 #include "neuron_runtime/trace.h"
 
@@ -57,9 +58,14 @@ TEST(SequenceAdapter, ThirdOccurrenceRunsAsOneItem) {
   EXPECT_EQ(ran.size(), 12u);
   for (size_t i = 0; i < ran.size(); ++i) EXPECT_EQ(ran[i], step[i % 3]);
   const std::vector<std::string> got = labels(trace);
-  const std::vector<std::string> want = {
-      "mm", "add", "relu", "mm", "add", "relu",
-      "adaptive mm .. relu", "adaptive mm .. relu"};
+  const std::vector<std::string> want = {"mm",
+                                         "add",
+                                         "relu",
+                                         "mm",
+                                         "add",
+                                         "relu",
+                                         "adaptive mm .. relu",
+                                         "adaptive mm .. relu"};
   EXPECT_EQ(got, want);
   EXPECT_EQ(adaptiveStats().adapted.load(), 1u);
   EXPECT_EQ(adaptiveStats().replays.load(), 2u);
@@ -235,9 +241,9 @@ TEST(SequenceAdapter, LongSequencesRunInParts) {
   for (size_t i = 0; i < ran.size(); ++i) EXPECT_EQ(ran[i], step[i % 20]);
   std::vector<std::string> got = labels(trace);
   got.erase(got.begin(), got.begin() + 40);
-  EXPECT_EQ(got, (std::vector<std::string>{"adaptive o0 .. o7",
-                                           "adaptive o8 .. o15",
-                                           "adaptive o16 .. o19"}));
+  EXPECT_EQ(got,
+            (std::vector<std::string>{"adaptive o0 .. o7", "adaptive o8 .. o15",
+                                      "adaptive o16 .. o19"}));
   EXPECT_EQ(adaptiveStats().replays.load(), 1u);
   EXPECT_EQ(adaptiveStats().items_held.load(), 20u);
 }

@@ -1,6 +1,8 @@
 // The profiler's view of work items: the host's notes travel with the items,
 // batches and replays record their steps as children, and the Trainium
 // estimate's arithmetic.
+#include "neuron_runtime/trace.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 
 #include "neuron_runtime/captured_work.h"
 #include "neuron_runtime/stream.h"
-#include "neuron_runtime/trace.h"
 #include "neuron_runtime/trainium_estimate.h"
 
 using namespace neuron_rt;
@@ -127,8 +128,8 @@ TEST(TrainiumEstimate, RooflineTakesTheLongerSidePlusLatency) {
   // Memory-bound: 1 MB of traffic, few flops.
   const double bytes = 1 << 20;
   EXPECT_EQ(rooflineNs(1, bytes, false, 4, m),
-            static_cast<int64_t>(std::llround(bytes / m.hbm_bytes_per_ns +
-                                              m.fixed_ns)));
+            static_cast<int64_t>(
+                std::llround(bytes / m.hbm_bytes_per_ns + m.fixed_ns)));
   // Compute-bound matmul: bf16 at the tensor engine's peak, fp32 slower.
   const double flops = 2.0 * 4096 * 4096 * 4096;
   const int64_t bf16 = rooflineNs(flops, 1, true, 2, m);

@@ -18,7 +18,7 @@ class CapturedWork {
   struct Step {
     const char* label;
     Stream::Fn fn;
-    TaskPtr task;  // instead of fn
+    TaskPtr task;   // instead of fn
     ItemNote note;  // what the host said of it (while tracing)
   };
 
@@ -26,8 +26,7 @@ class CapturedWork {
   CapturedWork(const CapturedWork&) = delete;
   CapturedWork& operator=(const CapturedWork&) = delete;
 
-  void add(const char* label, Stream::Fn fn, TaskPtr task,
-           ItemNote note = {}) {
+  void add(const char* label, Stream::Fn fn, TaskPtr task, ItemNote note = {}) {
     steps_.push_back(
         Step{label, std::move(fn), std::move(task), std::move(note)});
   }

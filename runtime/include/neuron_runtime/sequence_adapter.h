@@ -59,14 +59,14 @@ struct AdaptiveSettings {
 AdaptiveSettings& adaptiveSettings();
 
 struct AdaptiveStats {
-  std::atomic<uint64_t> windows{0};       // windows recorded
-  std::atomic<uint64_t> adapted{0};       // sequences adapted (built)
-  std::atomic<uint64_t> replays{0};       // complete sequences run as one item
-  std::atomic<uint64_t> deviations{0};    // held sequences that deviated
-  std::atomic<uint64_t> items_held{0};    // items that ran inside a replay
-  std::atomic<uint64_t> evictions{0};     // sequences dropped by the LRU
+  std::atomic<uint64_t> windows{0};     // windows recorded
+  std::atomic<uint64_t> adapted{0};     // sequences adapted (built)
+  std::atomic<uint64_t> replays{0};     // complete sequences run as one item
+  std::atomic<uint64_t> deviations{0};  // held sequences that deviated
+  std::atomic<uint64_t> items_held{0};  // items that ran inside a replay
+  std::atomic<uint64_t> evictions{0};   // sequences dropped by the LRU
   std::atomic<uint64_t> streams_given_up{0};
-  std::atomic<uint64_t> cached{0};        // sequences cached now, all streams
+  std::atomic<uint64_t> cached{0};  // sequences cached now, all streams
 };
 AdaptiveStats& adaptiveStats();
 void resetAdaptiveStats();

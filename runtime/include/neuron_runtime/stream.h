@@ -142,13 +142,13 @@ class Stream {
     const char* label = "";
     ItemKind kind = ItemKind::kCompute;
     Fn fn;
-    TaskPtr task;  // instead of fn
+    TaskPtr task;   // instead of fn
     ItemNote note;  // filled only while tracing
   };
 
   uint64_t append(const char* label, ItemKind kind, Fn fn, TaskPtr task);
   uint64_t link(const char* label, ItemKind kind, Fn fn, TaskPtr task,
-              ItemNote* note);
+                ItemNote* note);
   bool tracing() const { return trace_ && trace_->enabled(); }
   // Queues the held items (if any) as one item.
   void flushBatch();

@@ -17,7 +17,7 @@
 namespace neuron_rt {
 
 struct TrainiumModel {
-  std::string name;             // "trn2" (NeuronCore-v3), "trn1" (v2)
+  std::string name;                 // "trn2" (NeuronCore-v3), "trn1" (v2)
   double tensor_bf16_flops_per_ns;  // per core, dense bf16/fp16
   double tensor_fp32_flops_per_ns;  // per core
   double vector_elems_per_ns;       // Vector/Scalar engines, elementwise
@@ -51,7 +51,7 @@ enum class CollectiveShape {
   kAllToAll,
   kBroadcast,
   kReduce,
-  kPointToPoint,   // send / recv
+  kPointToPoint,  // send / recv
   kBarrier,
 };
 // `bytes`: the collective's tensor size on one rank; `ranks`: group size.

@@ -20,7 +20,8 @@ void signFromPlan(const char* name, const AliasPlan& plan) {
   for (int i = 0; i < plan.count(); ++i) {
     h = mix(h, static_cast<uint64_t>(plan.itemsizeOf(i)));
     for (int64_t s : plan.sizesOf(i)) h = mix(h, static_cast<uint64_t>(s));
-    for (int64_t s : plan.stridesOf(i)) h = mix(h, static_cast<uint64_t>(s) + 7);
+    for (int64_t s : plan.stridesOf(i))
+      h = mix(h, static_cast<uint64_t>(s) + 7);
   }
   neuron_rt::signNextItem(nonZero(h));
 }

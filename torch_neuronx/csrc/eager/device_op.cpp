@@ -9,6 +9,7 @@
 #include <memory>
 #include <utility>
 
+#include "adaptive/item_signature.h"
 #include "core/device.h"
 #include "core/memory_history.h"
 #include "core/storage.h"
@@ -24,7 +25,6 @@
 #include "eager/run_on_device.h"
 #include "eager/synchronous_op.h"
 #include "profiler/op_cost.h"
-#include "adaptive/item_signature.h"
 
 namespace torch_neuronx {
 namespace {
@@ -227,7 +227,8 @@ void enqueueCpuKernel(const c10::OperatorHandle& op, const OpTraits& traits,
     targets->emplace_back(i, call->record(planned.outs[i]));
   if (profiler::recordingItems())
     profiler::noteEagerItem(traits.name.c_str(), call->plan);
-  if (adaptive::enabled()) adaptive::signFromPlan(traits.name.c_str(), call->plan);
+  if (adaptive::enabled())
+    adaptive::signFromPlan(traits.name.c_str(), call->plan);
   launch(device, traits.name.c_str(), [call, targets, failure] {
     runOnDeviceInto(failure, [&] {
       const AliasPlan::Built built = call->plan.build();

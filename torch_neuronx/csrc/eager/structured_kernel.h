@@ -24,6 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "adaptive/item_signature.h"
+#include "core/memory_history.h"
+#include "core/storage.h"
+#include "core/stream.h"
 #include "eager/cpu_alias.h"
 #include "eager/dtype_widening.h"
 #include "eager/first_call_validation.h"
@@ -31,11 +35,7 @@
 #include "eager/op_args.h"
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
-#include "core/memory_history.h"
-#include "core/storage.h"
-#include "core/stream.h"
 #include "profiler/op_cost.h"
-#include "adaptive/item_signature.h"
 
 namespace torch_neuronx::structured {
 

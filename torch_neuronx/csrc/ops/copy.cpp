@@ -7,14 +7,14 @@
 
 #include <memory>
 
-#include "eager/cpu_alias.h"
-#include "eager/op_args.h"
-#include "eager/run_on_device.h"
+#include "adaptive/item_signature.h"
 #include "core/device.h"
 #include "core/pinned_allocator.h"
 #include "core/stream.h"
+#include "eager/cpu_alias.h"
+#include "eager/op_args.h"
+#include "eager/run_on_device.h"
 #include "profiler/op_cost.h"
-#include "adaptive/item_signature.h"
 
 namespace torch_neuronx {
 namespace {

@@ -6,13 +6,13 @@
 #include <memory>
 #include <stdexcept>
 
+#include "adaptive/item_signature.h"
+#include "core/generator.h"
+#include "core/stream.h"
 #include "eager/cpu_alias.h"
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
-#include "core/generator.h"
-#include "core/stream.h"
 #include "profiler/op_cost.h"
-#include "adaptive/item_signature.h"
 
 namespace torch_neuronx {
 
@@ -40,7 +40,8 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
   plan->add(mask);
   if (profiler::recordingItems())
     profiler::noteEagerItem("aten::native_dropout", *plan);
-  if (adaptive::enabled()) adaptive::signFromPlan("aten::native_dropout", *plan);
+  if (adaptive::enabled())
+    adaptive::signFromPlan("aten::native_dropout", *plan);
   launch(device, "aten::native_dropout", [plan, gen, keep]() mutable {
     runOnDevice([&] {
       AliasPlan::Built t = plan->build();  // input, out, mask

@@ -9,13 +9,13 @@
 #include <memory>
 #include <vector>
 
+#include "core/stream.h"
 #include "eager/cpu_alias.h"
 #include "eager/device_op.h"
 #include "eager/dtype_widening.h"
 #include "eager/op_args.h"
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
-#include "core/stream.h"
 #include "profiler/op_cost.h"
 
 namespace torch_neuronx {

@@ -9,14 +9,14 @@
 #include <atomic>
 #include <memory>
 
+#include "adaptive/item_signature.h"
+#include "core/memory_history.h"
+#include "core/stream.h"
 #include "eager/cpu_alias.h"
 #include "eager/op_args.h"
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
-#include "core/memory_history.h"
-#include "core/stream.h"
 #include "profiler/op_cost.h"
-#include "adaptive/item_signature.h"
 
 namespace torch_neuronx {
 namespace {

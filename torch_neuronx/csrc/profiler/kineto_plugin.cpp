@@ -8,14 +8,13 @@
 // host thread. Children (a program's steps, an NKI kernel's engines) and the
 // estimated-Trainium track are annotations, which torch.profiler leaves out
 // of its op tables so device time is never counted twice.
-#include <unistd.h>
-
 #include <IActivityProfiler.h>
-#include <output_base.h>
+#include <c10/util/Exception.h>
 #include <neuron_runtime/trace.h>
 #include <neuron_runtime/trainium_estimate.h>
-#include <c10/util/Exception.h>
+#include <output_base.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#include <unistd.h>
 
 #include <deque>
 #include <map>
@@ -191,14 +190,14 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       const bool child = it.parent >= 0 && !adaptive_op;
       const bool annotation = child || adaptive_range;
       const libkineto::ITraceActivity* host_op =
-          (linked && it.correlation) ? linked(static_cast<int32_t>(it.correlation))
-                                     : nullptr;
+          (linked && it.correlation)
+              ? linked(static_cast<int32_t>(it.correlation))
+              : nullptr;
       // The measured item.
-      store.activities.emplace_back(
-          store.span,
-          annotation ? ActivityType::USER_ANNOTATION
-                     : activityTypeOf(it.category),
-          it.name);
+      store.activities.emplace_back(store.span,
+                                    annotation ? ActivityType::USER_ANNOTATION
+                                               : activityTypeOf(it.category),
+                                    it.name);
       GenericTraceActivity& a = store.activities.back();
       a.startTime = it.start_ns;
       a.endTime = it.category == "engine" ? it.start_ns : it.end_ns;
@@ -231,14 +230,15 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         a.flow.start = 0;
       }
       // Engines are estimates only: not on the measured track.
-      if (it.category != "engine") a.log(logger);
-      else store.activities.pop_back();
+      if (it.category != "engine")
+        a.log(logger);
+      else
+        store.activities.pop_back();
 
       // Where the arrow starts: the host thread, when it queued the item.
       if (arrow) {
-        store.activities.emplace_back(store.span,
-                                      ActivityType::PRIVATEUSE1_RUNTIME,
-                                      "neuron_queue_item");
+        store.activities.emplace_back(
+            store.span, ActivityType::PRIVATEUSE1_RUNTIME, "neuron_queue_item");
         GenericTraceActivity& q = store.activities.back();
         q.startTime = it.queued_ns;
         q.endTime = it.queued_ns + 1000;
@@ -345,8 +345,7 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
     return neuronActivities();
   }
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-      const std::set<ActivityType>& types,
-      const libkineto::Config&) override {
+      const std::set<ActivityType>& types, const libkineto::Config&) override {
     // ProfilerActivity.PrivateUse1 asks for the device's kernels and copies;
     // ProfilerActivity.CPU alone also names the host-side runtime types,
     // which is no reason to trace the device.
@@ -368,8 +367,9 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
 }  // namespace
 
 void registerKinetoPlugin() {
-  torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
-      [] { return std::make_unique<NeuronActivityProfiler>(); });
+  torch::profiler::impl::PrivateUse1ProfilerRegistry::instance()
+      .registerFactory(
+          [] { return std::make_unique<NeuronActivityProfiler>(); });
 }
 
 }  // namespace torch_neuronx::profiler

@@ -60,7 +60,8 @@ double tensorEngineFlops(const char* name, const AliasPlan& plan) {
     c10::IntArrayRef out = sizes(n - 1);
     if (w.size() < 3 || out.empty()) return -1;
     double per_output = 1;
-    for (size_t i = 1; i < w.size(); ++i) per_output *= static_cast<double>(w[i]);
+    for (size_t i = 1; i < w.size(); ++i)
+      per_output *= static_cast<double>(w[i]);
     return 2 * numel(out) * per_output;
   }
   if (std::strstr(name, "scaled_dot_product") != nullptr) {
@@ -74,7 +75,8 @@ double tensorEngineFlops(const char* name, const AliasPlan& plan) {
     const double S = static_cast<double>(k[k.size() - 2]);
     const double Ev = static_cast<double>(v[v.size() - 1]);
     double batch = 1;
-    for (size_t i = 0; i + 2 < q.size(); ++i) batch *= static_cast<double>(q[i]);
+    for (size_t i = 0; i + 2 < q.size(); ++i)
+      batch *= static_cast<double>(q[i]);
     return 2 * batch * L * S * (E + Ev);
   }
   return -1;

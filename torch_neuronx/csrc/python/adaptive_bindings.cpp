@@ -8,19 +8,18 @@ namespace py = pybind11;
 namespace torch_neuronx {
 
 void bindAdaptive(py::module_& m) {
-  m.def("_adaptive_set_enabled", [](bool on) {
-    neuron_rt::adaptiveSettings().enabled.store(on);
-  });
+  m.def("_adaptive_set_enabled",
+        [](bool on) { neuron_rt::adaptiveSettings().enabled.store(on); });
   m.def("_adaptive_enabled",
         [] { return neuron_rt::adaptiveSettings().enabled.load(); });
-  m.def("_adaptive_configure", [](int threshold, int max_sequences,
-                                  int max_fruitless_windows) {
-    auto& s = neuron_rt::adaptiveSettings();
-    if (threshold > 0) s.threshold = threshold;
-    if (max_sequences > 0) s.max_sequences = max_sequences;
-    if (max_fruitless_windows > 0)
-      s.max_fruitless_windows = max_fruitless_windows;
-  });
+  m.def("_adaptive_configure",
+        [](int threshold, int max_sequences, int max_fruitless_windows) {
+          auto& s = neuron_rt::adaptiveSettings();
+          if (threshold > 0) s.threshold = threshold;
+          if (max_sequences > 0) s.max_sequences = max_sequences;
+          if (max_fruitless_windows > 0)
+            s.max_fruitless_windows = max_fruitless_windows;
+        });
   m.def("_adaptive_settings", [] {
     auto& s = neuron_rt::adaptiveSettings();
     py::dict d;

@@ -7,12 +7,12 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
 
-#include "eager/first_call_validation.h"
-#include "eager/op_stats.h"
 #include "core/caching_allocator.h"
 #include "core/device.h"
 #include "core/generator.h"
 #include "core/stream.h"
+#include "eager/first_call_validation.h"
+#include "eager/op_stats.h"
 
 namespace py = pybind11;
 
@@ -140,7 +140,8 @@ PYBIND11_MODULE(_C, m) {
   // as CUDA's do).
   m.def("_default_generator", [](int d) {
     const at::Generator& g = defaultGenerator(static_cast<c10::DeviceIndex>(d));
-    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(g));
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(g));
   });
   m.def("_trace_enable", [](bool on) { runtime().trace().enable(on); });
   m.def("_trace_drain", &drainTrace);

@@ -65,22 +65,25 @@ void bindProfiler(py::module_& m) {
   m.def("_profiler_items", &lastItems);
   // The model of one device (a logical core) the estimates use.
   m.def("_profiler_target", [] {
-    const int lnc = neuron_rt::Runtime::get().topology().config().logical_core_size;
-    py::dict d = modelDict(
-        neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
-    d["physical_cores_per_device"] = d["name"].cast<std::string>() == "trn1" ? 1 : lnc;
+    const int lnc =
+        neuron_rt::Runtime::get().topology().config().logical_core_size;
+    py::dict d =
+        modelDict(neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
+    d["physical_cores_per_device"] =
+        d["name"].cast<std::string>() == "trn1" ? 1 : lnc;
     return d;
   });
   m.def("_profiler_set_target", [](const std::string& name) {
     return neuron_rt::setTrainiumTarget(name);
   });
-  m.def("_roofline_ns", [](double flops, double bytes, bool tensor_engine,
-                           int element_bytes) {
-    const int lnc = neuron_rt::Runtime::get().topology().config().logical_core_size;
-    return neuron_rt::rooflineNs(
-        flops, bytes, tensor_engine, element_bytes,
-        neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
-  });
+  m.def("_roofline_ns",
+        [](double flops, double bytes, bool tensor_engine, int element_bytes) {
+          const int lnc =
+              neuron_rt::Runtime::get().topology().config().logical_core_size;
+          return neuron_rt::rooflineNs(
+              flops, bytes, tensor_engine, element_bytes,
+              neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
+        });
 }
 
 }  // namespace torch_neuronx
