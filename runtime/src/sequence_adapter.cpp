@@ -117,14 +117,7 @@ void SequenceAdapter::forgetIfStale() {
   adaptiveStats().cached -= lru_.size();
   lru_.clear();
   seen_.clear();
-  window_.clear();
-  window_hash_ = kFnvBasis;
-  window_broken_ = false;
-  last_seen_.clear();
-  period_ = 0;
-  run_ = 0;
-  deviated_ = false;
-  matched_ = 0;
+  clearWindow();
   fruitless_ = 0;
   deviations_in_a_row_ = 0;
   gave_up_ = false;
@@ -225,6 +218,10 @@ void SequenceAdapter::endWindow() {
       }
     }
   }
+  clearWindow();
+}
+
+void SequenceAdapter::clearWindow() {
   window_.clear();
   window_hash_ = kFnvBasis;
   window_broken_ = false;

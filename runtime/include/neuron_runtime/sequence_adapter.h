@@ -110,6 +110,7 @@ class SequenceAdapter {
     std::vector<uint64_t> items;
   };
   void endWindow();
+  void clearWindow();  // a new, empty window (the search starts again)
   void adapt(uint64_t hash, std::vector<uint64_t> items);
   void record(uint64_t identity);
   void giveUp(const char* why);
