@@ -319,3 +319,20 @@ def test_every_device_is_a_named_process(tmp_path):
     assert names[0] == "neuron:0" and names[1] == "neuron:1"
     dev = _device_events(trace)
     assert {e["pid"] for e in dev} == {0, 1}
+
+
+def test_a_kept_profile_exports_after_later_profiles(xw, tmp_path):
+    # The device events live with the profile's own trace, not in a bounded
+    # store of recent sessions: an old profile still exports them.
+    x, w = xw
+    with profile(activities=ACTS) as first:
+        _step(x, w)
+        torch.neuron.synchronize()
+    for _ in range(6):
+        with profile(activities=ACTS):
+            x.add(1)
+            torch.neuron.synchronize()
+    trace = _trace(first, tmp_path)
+    names = [e["name"] for e in _device_events(trace)]
+    assert names == ["aten::mm", "aten::relu", "aten::sum.dim_IntList"]
+    assert all(e["args"]["category"] == "compute" for e in _device_events(trace))

@@ -10,31 +10,21 @@
 // of its op tables so device time is never counted twice.
 #include <IActivityProfiler.h>
 #include <c10/util/Exception.h>
+#include <libkineto.h>
 #include <neuron_runtime/trace.h>
 #include <neuron_runtime/trainium_estimate.h>
 #include <output_base.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 #include <unistd.h>
 
-#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
 
 #include "core/device.h"
 #include "profiler/device_timeline.h"
-
-// Kineto declares CpuTraceBuffer but does not ship its definition; a session
-// may hand none (Kineto skips a null buffer), which is what this one does:
-// its activities live in SessionStore. unique_ptr's deleter needs a complete
-// type to compile; no object of this type is ever made here (the library's
-// symbols are hidden, so nothing of it meets Kineto's own).
-namespace libkineto {
-struct CpuTraceBuffer {};
-}  // namespace libkineto
 
 namespace torch_neuronx::profiler {
 namespace {
@@ -45,24 +35,6 @@ using libkineto::GenericTraceActivity;
 // Tracks: a stream's items on tid = stream; its estimated Trainium timeline
 // on tid = stream + kEstimatedTrack.
 constexpr int kEstimatedTrack = 1000;
-
-// Kineto's loggers keep pointers to the activities a session logs (the
-// trace torch.profiler exports later); they live here, the last few
-// sessions' worth, since the session object may go first.
-struct SessionStore {
-  libkineto::TraceSpan span{0, 0, "neuron"};
-  std::deque<GenericTraceActivity> activities;
-};
-std::mutex g_store_mu;
-std::deque<std::unique_ptr<SessionStore>> g_stores;
-constexpr size_t kKeptSessions = 4;
-
-SessionStore& newStore() {
-  std::lock_guard<std::mutex> g(g_store_mu);
-  g_stores.push_back(std::make_unique<SessionStore>());
-  while (g_stores.size() > kKeptSessions) g_stores.pop_front();
-  return *g_stores.back();
-}
 
 ActivityType activityTypeOf(const std::string& category) {
   if (category == "copy") return ActivityType::GPU_MEMCPY;
@@ -169,7 +141,15 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     annotationWarningFilter().install();
     std::vector<DeviceItem> items =
         buildTimeline(std::move(records_), offset_ns_);
-    SessionStore& store = newStore();
+    // Kineto's logger keeps pointers to the activities; the buffer holding
+    // them goes to Kineto (getTraceBuffer) and lives as long as the trace.
+    buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
+    buffer_->span = libkineto::TraceSpan(0, 0, "neuron");
+    auto add = [&](ActivityType type,
+                   const std::string& name) -> GenericTraceActivity& {
+      buffer_->emplace_activity(buffer_->span, type, name);
+      return *buffer_->activities.back();
+    };
     const std::string target = neuron_rt::trainiumModel().name;
     const int32_t pid = static_cast<int32_t>(getpid());
     // A flow arrow joins a host op to the first item it queued (viewers pair
@@ -193,53 +173,48 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
           (linked && it.correlation)
               ? linked(static_cast<int32_t>(it.correlation))
               : nullptr;
-      // The measured item.
-      store.activities.emplace_back(store.span,
-                                    annotation ? ActivityType::USER_ANNOTATION
-                                               : activityTypeOf(it.category),
-                                    it.name);
-      GenericTraceActivity& a = store.activities.back();
-      a.startTime = it.start_ns;
-      a.endTime = it.category == "engine" ? it.start_ns : it.end_ns;
-      a.device = it.device;
-      a.resource = it.stream;
-      a.threadId = it.stream;
-      a.addMetadata("device", it.device);
-      a.addMetadata("stream", it.stream);
-      a.addMetadataQuoted("category", it.category);
-      if (it.estimate_ns >= 0)
-        a.addMetadata("estimated " + target + " us",
-                      static_cast<double>(it.estimate_ns) / 1e3);
-      if (it.flops > 0) a.addMetadata("flops", it.flops);
-      if (it.bytes > 0) a.addMetadata("bytes", it.bytes);
-      if (it.skipped) a.addMetadata("skipped", 1);
-      addDetail(a, it.detail);
-      if (!annotation) {
-        a.id = static_cast<int32_t>(it.correlation);
-        a.addMetadata("seq", it.seq);
-        if (it.correlation) {
-          a.addMetadata("correlation", it.correlation);
-          a.linked = host_op;
-        }
-      }
       const bool arrow = !annotation && it.correlation && it.host_thread &&
                          arrowed.insert(it.correlation).second;
-      if (arrow) {
-        a.flow.id = static_cast<uint32_t>(it.correlation);
-        a.flow.type = libkineto::kLinkAsyncCpuGpu;
-        a.flow.start = 0;
-      }
-      // Engines are estimates only: not on the measured track.
-      if (it.category != "engine")
+      // The measured item (an engine is an estimate only: not on this track).
+      if (it.category != "engine") {
+        GenericTraceActivity& a = add(annotation ? ActivityType::USER_ANNOTATION
+                                                 : activityTypeOf(it.category),
+                                      it.name);
+        a.startTime = it.start_ns;
+        a.endTime = it.end_ns;
+        a.device = it.device;
+        a.resource = it.stream;
+        a.threadId = it.stream;
+        a.addMetadata("device", it.device);
+        a.addMetadata("stream", it.stream);
+        a.addMetadataQuoted("category", it.category);
+        if (it.estimate_ns >= 0)
+          a.addMetadata("estimated " + target + " us",
+                        static_cast<double>(it.estimate_ns) / 1e3);
+        if (it.flops > 0) a.addMetadata("flops", it.flops);
+        if (it.bytes > 0) a.addMetadata("bytes", it.bytes);
+        if (it.skipped) a.addMetadata("skipped", 1);
+        addDetail(a, it.detail);
+        if (!annotation) {
+          a.id = static_cast<int32_t>(it.correlation);
+          a.addMetadata("seq", it.seq);
+          if (it.correlation) {
+            a.addMetadata("correlation", it.correlation);
+            a.linked = host_op;
+          }
+        }
+        if (arrow) {
+          a.flow.id = static_cast<uint32_t>(it.correlation);
+          a.flow.type = libkineto::kLinkAsyncCpuGpu;
+          a.flow.start = 0;
+        }
         a.log(logger);
-      else
-        store.activities.pop_back();
+      }
 
       // Where the arrow starts: the host thread, when it queued the item.
       if (arrow) {
-        store.activities.emplace_back(
-            store.span, ActivityType::PRIVATEUSE1_RUNTIME, "neuron_queue_item");
-        GenericTraceActivity& q = store.activities.back();
+        GenericTraceActivity& q =
+            add(ActivityType::PRIVATEUSE1_RUNTIME, "neuron_queue_item");
         q.startTime = it.queued_ns;
         q.endTime = it.queued_ns + 1000;
         q.device = pid;
@@ -256,9 +231,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
       // The estimated Trainium timeline.
       if (it.estimate_ns > 0) {
-        store.activities.emplace_back(store.span, ActivityType::USER_ANNOTATION,
-                                      it.name);
-        GenericTraceActivity& e = store.activities.back();
+        GenericTraceActivity& e = add(ActivityType::USER_ANNOTATION, it.name);
         e.startTime = it.estimate_start_ns;
         e.endTime = it.estimate_start_ns + it.estimate_ns;
         e.device = it.device;
@@ -304,7 +277,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
   }
 
   std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override {
-    return nullptr;  // the activities live in the SessionStore
+    return std::move(buffer_);  // Kineto keeps it with the trace
   }
 
   // Ops and record_function ranges nest on a thread, so one stack serves
@@ -325,6 +298,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
   int64_t offset_ns_ = 0;
   int64_t start_unix_ns_ = 0;
   libkineto::ActivityLogger* logger_ = nullptr;  // processTrace's, for names
+  std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;  // the activities
   bool active_ = false;
   std::vector<std::string> errors_;
   std::vector<neuron_rt::TraceRecord> records_;
