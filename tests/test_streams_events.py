@@ -387,3 +387,26 @@ print(json.dumps(r))
 
 def test_launch_blocking_is_off_by_default():
     assert N.launch_blocking() is False
+
+
+def test_device_work_leaves_the_host_thread_settings_alone():
+    # Stream workers size their own OpenMP threads (one CPU left to a busy host,
+    # every CPU while it waits); the host's and new threads' settings are the user's.
+    import threading
+
+    n = torch.get_num_threads()
+    a = torch.randn(256, 256, device="neuron")
+    b = (a @ a).relu()  # queued while the host goes on
+    for _ in range(20):
+        b = b * 0.5 + a
+    expected = a.cpu()
+    ref = (expected @ expected).relu()
+    for _ in range(20):
+        ref = ref * 0.5 + expected
+    torch.testing.assert_close(b.cpu(), ref)
+    assert torch.get_num_threads() == n
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    t.start()
+    t.join(timeout=30)
+    assert seen == [n]
