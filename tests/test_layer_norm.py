@@ -3,10 +3,15 @@ item straight into device memory (csrc/ops/layer_norm.cpp), the hottest norm of 
 transformer. Results must be CPU's bit for bit, forward and backward, for every
 dtype, shape and parameter combination the CPU kernel takes, and bad input must
 fail at the op with CPU's message.
+
+The weight gradient's rounding depends on the number of CPU threads; small items run
+on one device thread (csrc/core/compute_pool.h), so their reference is a one-thread CPU
+run, a large item's the default one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import platform
 
 import pytest
@@ -19,6 +24,23 @@ D = "neuron"
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 # (input shape, normalized_shape): last dim, two dims, no rows, a 2-d input.
 SHAPES = [((4, 5, 6), (6,)), ((4, 5, 6), (5, 6)), ((3, 0, 4), (4,)), ((2, 3), (3,))]
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _forward_backward(device, x, w, b, normalized, grads):
+    leaves = [_leaf(t, device) for t in (x, w, b)]
+    y = F.layer_norm(leaves[0], normalized, leaves[1], leaves[2], eps=1e-5)
+    y.backward(grads.to(device))
+    return [y] + [t.grad for t in leaves if t is not None]
 
 
 def _leaf(t: torch.Tensor | None, device: str) -> torch.Tensor | None:
@@ -34,14 +56,22 @@ def test_forward_and_backward_equal_cpu(dtype, shape, normalized, affine):
     w = torch.randn(normalized, dtype=dtype) if affine else None
     b = torch.randn(normalized, dtype=dtype) if affine else None
     grads = torch.randn(shape, dtype=dtype)
-    results = {}
-    for device in ("cpu", D):
-        leaves = [_leaf(t, device) for t in (x, w, b)]
-        y = F.layer_norm(leaves[0], normalized, leaves[1], leaves[2], eps=1e-5)
-        y.backward(grads.to(device))
-        results[device] = [y] + [t.grad for t in leaves if t is not None]
-    for cpu, dev in zip(results["cpu"], results[D], strict=True):
+    with cpu_threads(1):  # a small item
+        expected = _forward_backward("cpu", x, w, b, normalized, grads)
+    got = _forward_backward(D, x, w, b, normalized, grads)
+    for cpu, dev in zip(expected, got, strict=True):
         assert dev.device.type == D
+        torch.testing.assert_close(dev.cpu(), cpu, rtol=0, atol=0)
+
+
+def test_large_items_equal_a_cpu_run_with_every_thread():
+    # 128 x 1024 elements: the device uses every thread, as the CPU does by default.
+    torch.manual_seed(0)
+    x, grads = torch.randn(128, 1024), torch.randn(128, 1024)
+    w, b = torch.randn(1024), torch.randn(1024)
+    expected = _forward_backward("cpu", x, w, b, (1024,), grads)
+    got = _forward_backward(D, x, w, b, (1024,), grads)
+    for cpu, dev in zip(expected, got, strict=True):
         torch.testing.assert_close(dev.cpu(), cpu, rtol=0, atol=0)
 
 
@@ -84,7 +114,8 @@ def test_only_some_gradients_requested():
     x = torch.randn(5, 7)
     w = torch.randn(7, requires_grad=True)
     b = torch.randn(7)
-    F.layer_norm(x, (7,), w, b).sum().backward()
+    with cpu_threads(1):  # a small item
+        F.layer_norm(x, (7,), w, b).sum().backward()
     w_dev = w.detach().to(D).requires_grad_()
     F.layer_norm(x.to(D), (7,), w_dev, b.to(D)).sum().backward()
     assert torch.equal(w_dev.grad.cpu(), w.grad)

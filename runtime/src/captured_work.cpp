@@ -24,6 +24,7 @@ void CapturedWork::run(const char* label) const {
       runningItem().estimate_ns = -1;
     }
     try {
+      if (i > 0) runWorkerItemHook();  // each step starts afresh, as an item
       if (s.task)
         s.task->run();
       else

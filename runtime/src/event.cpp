@@ -59,7 +59,6 @@ void Event::synchronize() const {
   {
     std::unique_lock<std::mutex> lk(state_->mu);
     uint64_t gen = state_->recorded_gen;
-    HostWaitScope waiting;  // the device may use every CPU meanwhile
     state_->cv.wait(lk, [&] { return state_->completed_gen >= gen; });
     stream = state_->stream;
     seq = state_->seq;

@@ -25,20 +25,7 @@ constexpr std::chrono::milliseconds kIdleHookDelay{200};
 constexpr int64_t kWaitSpinNs = 20'000;
 
 std::atomic<void (*)()> g_worker_idle_hook{nullptr};
-std::atomic<void (*)(bool)> g_worker_parallelism_hook{nullptr};
-std::atomic<int> g_host_waiters{0};
-
-// Tells the embedder, on a worker thread, whether the host waits now, when
-// that changed since this thread's previous item.
-void applyWorkerParallelism() {
-  auto hook = g_worker_parallelism_hook.load(std::memory_order_acquire);
-  if (!hook) return;
-  thread_local int last = -1;  // unknown: the first item always tells
-  const int waiting = g_host_waiters.load(std::memory_order_relaxed) > 0;
-  if (waiting == last) return;
-  last = waiting;
-  hook(waiting != 0);
-}
+std::atomic<void (*)()> g_worker_item_hook{nullptr};
 
 }  // namespace
 
@@ -46,17 +33,12 @@ void setWorkerIdleHook(void (*hook)()) {
   g_worker_idle_hook.store(hook, std::memory_order_release);
 }
 
-void setWorkerParallelismHook(void (*hook)(bool)) {
-  g_worker_parallelism_hook.store(hook, std::memory_order_release);
+void setWorkerItemHook(void (*hook)()) {
+  g_worker_item_hook.store(hook, std::memory_order_release);
 }
 
-int hostWaiters() { return g_host_waiters.load(std::memory_order_relaxed); }
-
-HostWaitScope::HostWaitScope() {
-  g_host_waiters.fetch_add(1, std::memory_order_relaxed);
-}
-HostWaitScope::~HostWaitScope() {
-  g_host_waiters.fetch_sub(1, std::memory_order_relaxed);
+void runWorkerItemHook() {
+  if (auto hook = g_worker_item_hook.load(std::memory_order_acquire)) hook();
 }
 
 Stream::Stream(int device, int id, int priority, Trace* trace)
@@ -437,7 +419,7 @@ void Stream::workerLoop() {
     }
     bool skip = item->kind != ItemKind::kMarker &&
                 poisoned_.load(std::memory_order_acquire);
-    applyWorkerParallelism();
+    runWorkerItemHook();
     int64_t start = tracing() ? nowNs() : 0;
     if (start) runningItem() = RunningItem{trace_, device_, id_, item->seq};
     if (!skip) {
@@ -497,7 +479,6 @@ void Stream::waitFor(uint64_t seq) {
     adaptiveBoundary();          // a held item may be what is waited for
   if (batching()) flushBatch();  // a held item may be what is waited for
   if (completed_.load(std::memory_order_acquire) >= seq) return;
-  HostWaitScope waiting;  // the device may use every CPU meanwhile
   int64_t until = nowNs() + kWaitSpinNs;
   while (nowNs() < until) {
     if (completed_.load(std::memory_order_acquire) >= seq) return;

@@ -487,63 +487,34 @@ TEST(StreamTest, IdleHookRunsOnTheWorkerBeforeItSleeps) {
   setWorkerIdleHook(nullptr);
 }
 
-std::atomic<int> g_parallelism_calls{0};
-std::atomic<int> g_last_host_waiting{-1};
-std::atomic<std::thread::id> g_parallelism_thread;
-void noteParallelism(bool host_waiting) {
-  g_parallelism_thread.store(std::this_thread::get_id());
-  g_last_host_waiting.store(host_waiting ? 1 : 0);
-  ++g_parallelism_calls;
+std::atomic<int> g_item_hook_calls{0};
+std::atomic<std::thread::id> g_item_hook_thread;
+void countItemHook() {
+  g_item_hook_thread.store(std::this_thread::get_id());
+  ++g_item_hook_calls;
 }
 
-// Spins (yielding) until `done`, without a host wait the runtime would count.
-void pollUntil(const std::atomic<bool>& done) {
-  for (int i = 0; i < 20000 && !done.load(); ++i)
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-}
-
-TEST(StreamTest, ParallelismHookSaysWhetherTheHostWaits) {
-  setWorkerParallelismHook(&noteParallelism);
-  g_parallelism_calls = 0;
+TEST(StreamTest, ItemHookRunsBeforeEveryItemAndEveryStep) {
+  setWorkerItemHook(&countItemHook);
+  g_item_hook_calls = 0;
   {
     Stream s(0, 1, 0, nullptr);
-    Gate gate;
     std::atomic<std::thread::id> worker_id;
-    std::atomic<int> seen_by_a{-2}, seen_by_b{-2}, seen_by_c{-2};
-    std::atomic<bool> a_ran{false}, c_ran{false};
-    // The host is busy (polling, not waiting): the item is told so.
+    std::vector<int> calls_seen;  // by each item or step, when it runs
     s.enqueue("a", [&] {
       worker_id.store(std::this_thread::get_id());
-      seen_by_a.store(g_last_host_waiting.load());
-      a_ran = true;
+      calls_seen.push_back(g_item_hook_calls.load());
     });
-    pollUntil(a_ran);
-    EXPECT_EQ(seen_by_a.load(), 0);
-    EXPECT_EQ(g_parallelism_thread.load(), worker_id.load());
-    // A host thread waits in synchronize() while `b` is queued: `b` is told.
-    auto w = gate.waiter();
-    s.enqueue("blocked", [w] { w.wait(); });
-    s.enqueue("b", [&] { seen_by_b.store(g_last_host_waiting.load()); });
-    std::thread waiter([&] { s.synchronize(); });
-    for (int i = 0; i < 20000 && hostWaiters() == 0; ++i)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    EXPECT_GE(hostWaiters(), 1);
-    gate.open();
-    waiter.join();
-    EXPECT_EQ(seen_by_b.load(), 1);
-    EXPECT_EQ(hostWaiters(), 0);
-    // Busy again: the next item is told, once.
-    const int calls = g_parallelism_calls.load();
-    s.enqueue("c", [&] {
-      seen_by_c.store(g_last_host_waiting.load());
-      c_ran = true;
-    });
-    pollUntil(c_ran);
-    EXPECT_EQ(seen_by_c.load(), 0);
-    EXPECT_EQ(g_parallelism_calls.load(), calls + 1);
+    s.enqueue("b", [&] { calls_seen.push_back(g_item_hook_calls.load()); });
+    s.beginBatch("batch");
+    s.enqueue("step1", [&] { calls_seen.push_back(g_item_hook_calls.load()); });
+    s.enqueue("step2", [&] { calls_seen.push_back(g_item_hook_calls.load()); });
+    s.endBatch();
     s.synchronize();
+    EXPECT_EQ(calls_seen, (std::vector<int>{1, 2, 3, 4}));
+    EXPECT_EQ(g_item_hook_thread.load(), worker_id.load());
   }
-  setWorkerParallelismHook(nullptr);
+  setWorkerItemHook(nullptr);
 }
 
 // ---------------------------------------------------------------------------

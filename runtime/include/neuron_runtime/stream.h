@@ -60,24 +60,13 @@ using TaskPtr = std::unique_ptr<Task>;
 // nullptr: none.
 void setWorkerIdleHook(void (*hook)());
 
-// The simulated core computes on the host's CPUs, which the host's own thread
-// needs too while it issues work. A worker tells the embedder, before an item,
-// whether a host thread is blocked waiting for the device (synchronize,
-// waitFor, an event's synchronize): then the item may use every CPU; while
-// the host is busy it should leave one to it (the backend sizes the worker's
-// OpenMP and MKL threads). Called on the worker thread only when the answer
-// changed since its previous item. nullptr: none.
-void setWorkerParallelismHook(void (*hook)(bool host_waiting));
-// Host threads blocked waiting for device work right now.
-int hostWaiters();
-// Counts the calling host thread as waiting while it lives.
-class HostWaitScope {
- public:
-  HostWaitScope();
-  ~HostWaitScope();
-  HostWaitScope(const HostWaitScope&) = delete;
-  HostWaitScope& operator=(const HostWaitScope&) = delete;
-};
+// Called on a worker thread before each item it runs, and before each step of
+// a batch or of captured work, so that the embedder can reset what an item
+// may have set for itself (the backend: the item's CPU threads). nullptr:
+// none.
+void setWorkerItemHook(void (*hook)());
+// Runs the hook (the worker and CapturedWork call it).
+void runWorkerItemHook();
 
 class Stream {
  public:

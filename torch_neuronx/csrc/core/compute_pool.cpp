@@ -29,25 +29,26 @@ PauseFn findPause() {
 
 using OmpSetThreadsFn = void (*)(int);
 
-// Before an item: every CPU torch would use for it while a host thread waits
-// for the device; one fewer while the host is busy issuing work, so that the
-// host's thread has a CPU of its own (small GPT on 2 CPUs: 8-11 ms per
-// training step with both to the worker, 4.8 with one). Thread-local
-// settings of the worker only: the user's CPU kernels keep theirs.
-void sizeWorkerThreads(bool host_waiting) {
+// The calling worker's OpenMP threads for its next parallel region (its own
+// setting: the user's threads keep theirs). Cheap when unchanged.
+void setWorkerThreads(bool all) {
   static const auto omp_set =
       reinterpret_cast<OmpSetThreadsFn>(findSymbol("omp_set_num_threads"));
-  thread_local const int all = at::get_num_threads();  // before any change
-  if (all <= 1 || !omp_set) return;
-  const int n = host_waiting ? all : std::max(1, all - 1);
+  thread_local const int every = at::get_num_threads();  // before any change
+  thread_local int current = every;
+  const int n = all ? every : 1;
+  if (n == current || !omp_set) return;
   omp_set(n);
+  current = n;
 }
 
-// Stream workers release their pool when they go idle, and size it by what
-// the host does.
+// Every item starts with every CPU torch would use.
+void beginWorkerItem() { setWorkerThreads(true); }
+
+// Stream workers release their pool when they go idle.
 const bool kWorkerHookInstalled = [] {
   neuron_rt::setWorkerIdleHook(&releaseThreadComputePool);
-  neuron_rt::setWorkerParallelismHook(&sizeWorkerThreads);
+  neuron_rt::setWorkerItemHook(&beginWorkerItem);
   return true;
 }();
 
@@ -56,6 +57,10 @@ const bool kWorkerHookInstalled = [] {
 void releaseThreadComputePool() {
   static const PauseFn pause = findPause();
   if (pause) pause(kOmpPauseSoft);
+}
+
+void useOneThreadIfSmall(int64_t largest_numel) {
+  if (largest_numel < kSmallItemElements) setWorkerThreads(false);
 }
 
 }  // namespace torch_neuronx

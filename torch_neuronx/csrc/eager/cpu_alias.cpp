@@ -2,6 +2,10 @@
 
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
+
+#include "core/compute_pool.h"
+
 namespace torch_neuronx {
 namespace {
 
@@ -43,6 +47,15 @@ int AliasPlan::keep(at::Tensor t) {
 }
 
 AliasPlan::Built AliasPlan::build() const {
+  // A small item's kernels run on the worker's thread alone
+  // (core/compute_pool.h).
+  int64_t largest = 0;
+  for (const TensorSpec& spec : tensors_) {
+    int64_t n = 1;
+    for (int64_t d : spec.sizes) n *= d;
+    largest = std::max(largest, n);
+  }
+  useOneThreadIfSmall(largest);
   // Runs inside the item's InferenceMode: the aliases are inference tensors
   // (no version counter, no autograd keys).
   c10::SmallVector<c10::Storage, 4> storages;
