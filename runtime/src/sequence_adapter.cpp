@@ -66,7 +66,7 @@ SequenceAdapter::Sequence* SequenceAdapter::findStartingWith(uint64_t id) {
   return nullptr;
 }
 
-void SequenceAdapter::record(uint64_t identity) {
+void SequenceAdapter::appendToWindow(uint64_t identity) {
   const AdaptiveSettings& cfg = adaptiveSettings();
   if (window_.size() >= static_cast<size_t>(cfg.max_sequence_items.load())) {
     // Too long to adapt as a whole: start the recording afresh (periods are
@@ -77,9 +77,14 @@ void SequenceAdapter::record(uint64_t identity) {
     period_ = 0;
     run_ = 0;
   }
-  const size_t i = window_.size();
   window_.push_back(identity);
   if (!window_broken_) window_hash_ = (window_hash_ ^ identity) * kFnvPrime;
+}
+
+void SequenceAdapter::record(uint64_t identity) {
+  const AdaptiveSettings& cfg = adaptiveSettings();
+  appendToWindow(identity);
+  const size_t i = window_.size() - 1;
   // Period search: does this item repeat the one `period_` items back?
   if (period_ && i >= period_ && window_[i - period_] == identity) {
     ++run_;
@@ -130,9 +135,11 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
     return held ? Action::kDeviate : Action::kPlain;
   }
   if (gave_up_) return Action::kPlain;
-  record(identity);
-  // Match an adapted sequence.
+  // Match an adapted sequence. While one is being matched, the window only
+  // grows: no period search (its items are a known sequence), which keeps a
+  // replayed item's host cost low.
   if (matching_) {
+    appendToWindow(identity);
     if (matched_ < matching_->items.size() &&
         matching_->items[matched_] == identity) {
       ++matched_;
@@ -154,15 +161,20 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
     }
     matching_ = nullptr;
     deviated_ = true;
+    period_ = 0;  // the search starts afresh after the deviating item
+    run_ = 0;
     adaptiveStats().deviations++;
     if (++deviations_in_a_row_ >= adaptiveSettings().max_deviations.load())
       giveUp("its adapted sequences deviated every time");
     return Action::kDeviate;
   }
+  record(identity);
   if (deviated_) return Action::kPlain;
   if (Sequence* s = findStartingWith(identity)) {
     matching_ = s;
     matched_ = 1;
+    period_ = 0;  // not searched while matching: starts afresh after it
+    run_ = 0;
     if (s->items.size() == 1) {
       matching_ = nullptr;
       adaptiveStats().replays++;

@@ -261,6 +261,7 @@ void Stream::runHeldLocked() {
   }
   const char* label = adaptiveItemLabel(held.front().label, held.back().label);
   auto combined = std::make_unique<BatchTask>(label);
+  combined->work().reserve(held.size());
   ItemNote note;
   if (tracing()) {
     note = held.front().note;  // the first op's correlation and queue time
@@ -272,6 +273,8 @@ void Stream::runHeldLocked() {
   for (Held& h : held)
     combined->work().add(h.label, std::move(h.fn), std::move(h.task),
                          std::move(h.note));
+  held.clear();
+  adaptive_held_.swap(held);  // its capacity serves the next part
   link(label, ItemKind::kCompute, nullptr, std::move(combined),
        tracing() ? &note : nullptr);
 }

@@ -31,6 +31,7 @@ class CapturedWork {
         Step{label, std::move(fn), std::move(task), std::move(note)});
   }
 
+  void reserve(size_t steps) { steps_.reserve(steps); }
   uint64_t id() const { return id_; }
   size_t size() const { return steps_.size(); }
   const char* stepLabel(size_t i) const { return steps_.at(i).label; }

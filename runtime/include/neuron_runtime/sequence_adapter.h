@@ -112,7 +112,8 @@ class SequenceAdapter {
   void endWindow();
   void clearWindow();  // a new, empty window (the search starts again)
   void adapt(uint64_t hash, std::vector<uint64_t> items);
-  void record(uint64_t identity);
+  void appendToWindow(uint64_t identity);
+  void record(uint64_t identity);  // appends and searches for a period
   void giveUp(const char* why);
   Sequence* findStartingWith(uint64_t identity);
 
