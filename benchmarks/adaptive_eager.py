@@ -13,6 +13,10 @@ batches) and reports ms per training step (batch copy, forward, backward, AdamW)
 new tokens after 8) instead: the CPU, plain eager and adaptive eager (target: adaptive
 >= 1.3x faster than plain eager).
 
+--host-cost: host µs per op of a repeated sequence of 11 small ops on the CPU, plain
+eager and adaptive eager (the issue: a replayed op should cost the host less than a
+plain one).
+
 Sizes: the default GPT (6 layers, d 256, T 128, batch 8) and, with --small, the small
 one (4 layers, d 64, T 32, batch 4). Targets (issue 21): adaptive <= 0.85x CPU and
 <= 1.1x compiled on the default GPT; >= 1.3x faster than plain eager on the small one.
@@ -96,7 +100,37 @@ def run_generate(mode: str) -> dict:
     return res
 
 
+def run_host_cost(mode: str) -> dict:
+    """Host µs per op of a repeated sequence of 11 small ops (64x64, never synchronized
+    inside): what issuing an op costs while adaptive eager replays it, against plain
+    eager; the best of 5 runs of 2000 sequences."""
+    device = "cpu" if mode == "cpu" else "neuron"
+    x = torch.randn(64, 64, device=device)
+    w = torch.randn(64, 64, device=device)
+
+    def sequence():
+        y = ((x + 1) * w).relu() - x
+        y = (y.sigmoid() @ w).tanh() + w
+        return (y.exp() / 3).sum(0)
+
+    if mode == "adaptive":
+        torch.neuron.set_adaptive_eager(True)
+    for _ in range(200):
+        sequence()
+    synchronize(torch.device(device))
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            sequence()
+        best = min(best, time.perf_counter() - t0)
+        synchronize(torch.device(device))
+    return {"us_per_op": best / (2000 * 11) * 1e6}
+
+
 def run_one(mode: str, args: argparse.Namespace) -> dict:
+    if args.host_cost:
+        return run_host_cost(mode)
     if args.generate:
         return run_generate(mode)
     device = torch.device("cpu" if mode == "cpu" else "neuron")
@@ -151,10 +185,21 @@ def main() -> None:
     p.add_argument("--small", action="store_true", help="the small GPT (d64, L4, T32, b4)")
     p.add_argument("--compiled", action="store_true", help="also torch.compile")
     p.add_argument("--generate", action="store_true", help="HF generate() of a small Llama")
+    p.add_argument("--host-cost", action="store_true", help="host µs per op of a replayed sequence")
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         print(json.dumps(run_one(args.one, args)))
+        return
+    if args.host_cost:
+        print(f"host µs per op of a repeated sequence of 11 small ops, {args.rounds} rounds")
+        for _ in range(args.rounds):
+            row = []
+            for mode in ("cpu", "eager", "adaptive"):
+                cmd = [sys.executable, __file__, "--one", mode, "--host-cost"]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                row.append(f"{mode} {json.loads(out.strip().splitlines()[-1])['us_per_op']:.2f}")
+            print("  " + "   ".join(row), flush=True)
         return
     modes = [m for m in MODES if m != "compiled" or args.compiled]
     if args.generate:
