@@ -1,10 +1,11 @@
 // scaled_dot_product_attention picks its backend through a dispatch stub,
 // not through the _fused_sdp_choice operator: for neuron the stub asks the
 // operator's neuron kernel (torch_neuronx/nki/aten_routing.py), which
-// chooses the NKI flash kernels when the shapes fit and math otherwise. It goes to that kernel directly, past fake-tensor and other
-// Python modes: while torch.compile traces, the operator's meta kernel
-// would always answer "math" and the compiled graph would never use the
-// kernels.
+// chooses the NKI flash kernels when the shapes fit and math otherwise;
+// instead of math, the CPU's fused kernel where the CPU would take it. It goes
+// to that kernel directly, past fake-tensor and other Python modes: while
+// torch.compile traces, the operator's meta kernel would always answer "math"
+// and the compiled graph would never use the kernels.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/DispatchStub.h>
@@ -16,6 +17,9 @@
 namespace torch_neuronx {
 namespace {
 
+constexpr auto kMath = static_cast<int64_t>(at::SDPBackend::math);
+constexpr auto kFlash = static_cast<int64_t>(at::SDPBackend::flash_attention);
+
 int64_t neuronSdpChoice(const at::Tensor& query, const at::Tensor& key,
                         const at::Tensor& value,
                         const std::optional<at::Tensor>& attn_mask,
@@ -26,13 +30,27 @@ int64_t neuronSdpChoice(const at::Tensor& query, const at::Tensor& key,
         {"aten::_fused_sdp_choice", ""});
     return op && op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1);
   }();
-  if (!has_kernel)  // no routing registered: the math path, as before
-    return static_cast<int64_t>(at::SDPBackend::math);
-  c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKeySet(
-      {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
-  return at::_ops::_fused_sdp_choice::redispatch(
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), query, key, value,
-      attn_mask, dropout_p, is_causal, scale, enable_gqa);
+  int64_t choice = kMath;
+  if (has_kernel) {  // the NKI routing (none registered: math, as before)
+    c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKeySet(
+        {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+    choice = at::_ops::_fused_sdp_choice::redispatch(
+        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), query, key, value,
+        attn_mask, dropout_p, is_causal, scale, enable_gqa);
+  }
+  // Where the NKI kernels do not fit: the CPU's fused attention kernel, one
+  // device op, when the CPU would choose it for these tensors (its checks
+  // look at shapes, strides, dtypes and the user's torch.backends switches,
+  // not at the device) - the math composite is ~15 ops, 3-4x the host
+  // time. With dropout the math path stays: its mask is drawn from the
+  // neuron generator, the CPU kernel would draw from the CPU's.
+  if (choice == kMath && dropout_p == 0.0) {
+    const int64_t cpu = at::_ops::_fused_sdp_choice::redispatch(
+        c10::DispatchKeySet(c10::DispatchKey::CPU), query, key, value,
+        attn_mask, dropout_p, is_causal, scale, enable_gqa);
+    if (cpu == kFlash) choice = kFlash;
+  }
+  return choice;
 }
 
 }  // namespace
