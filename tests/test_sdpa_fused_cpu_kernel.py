@@ -64,7 +64,9 @@ def test_forward_and_backward_run_the_fused_kernel_and_equal_cpu(case, tracking)
         out.backward(grad.to(device))
         results[device] = [out.detach()] + [t.grad for t in args]
     assert {FUSED, FUSED_BACKWARD} <= attention_ops()
-    for name, got, want in zip(("out", "dq", "dk", "dv"), results["neuron"], results["cpu"], strict=True):
+    for name, got, want in zip(
+        ("out", "dq", "dk", "dv"), results["neuron"], results["cpu"], strict=True
+    ):
         torch.testing.assert_close(got.cpu(), want, msg=f"{case}: {name}")
 
 
