@@ -19,11 +19,13 @@ MULTI_PROCESS=(tests/test_distributed_*.py tests/test_hf_ecosystem.py tests/test
   tests/test_compile.py)
 # A representative part of the suite again with adaptive eager on (training
 # loops, streams and events, RNG, autocast, device errors, memory, Hugging Face
-# models, NKI routing, DDP/FSDP2 on 2 ranks): the mode must not change a result.
+# models, NKI and SDPA routing, DDP/FSDP2 on 2 ranks, the OpInfo differential
+# suite): the mode must not change a result.
 ADAPTIVE=(tests/test_training.py tests/test_streams_events.py tests/test_rng.py
   tests/test_ops_basic.py tests/test_autocast.py tests/test_layer_norm.py
   tests/test_device_errors.py tests/test_memory.py tests/test_hf_transformers.py
-  tests/test_nki_torch.py tests/test_distributed_parallel.py)
+  tests/test_nki_torch.py tests/test_sdpa_fused_cpu_kernel.py
+  tests/test_distributed_parallel.py tests/opinfo/test_opinfo_differential.py)
 run_adaptive() {
   echo "== pytest with adaptive eager on (TORCH_NEURONX_ADAPTIVE_EAGER=1)"
   TORCH_NEURONX_ADAPTIVE_EAGER=1 python3 -m pytest -q "${ADAPTIVE[@]}" "$@"

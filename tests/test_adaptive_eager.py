@@ -150,6 +150,10 @@ def test_side_streams_and_events_keep_their_order():
             done.record()
         torch.neuron.current_stream().wait_event(done)
         z = y.sum(dim=0).add_(1)
+        # y is read on this stream but was allocated on `side`: as with CUDA, its
+        # memory could be reused there (by the next matmul) before this stream's read
+        # has run, unless the read is recorded.
+        y.record_stream(torch.neuron.current_stream())
         results.append(z)
     ref = (x.cpu() @ x.cpu()).relu_().mul_(0.5).sum(dim=0).add_(1)
     for z in results:

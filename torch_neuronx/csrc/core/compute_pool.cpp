@@ -43,7 +43,14 @@ void setWorkerThreads(bool all) {
 }
 
 // Every item starts with every CPU torch would use.
-void beginWorkerItem() { setWorkerThreads(true); }
+// Set on stream workers (the only threads the item hook runs on): a plan
+// built anywhere else (never expected) must not change a host thread.
+thread_local bool t_on_worker = false;
+
+void beginWorkerItem() {
+  t_on_worker = true;
+  setWorkerThreads(true);
+}
 
 // Stream workers release their pool when they go idle.
 const bool kWorkerHookInstalled = [] {
@@ -60,7 +67,8 @@ void releaseThreadComputePool() {
 }
 
 void useOneThreadIfSmall(int64_t largest_numel) {
-  if (largest_numel < kSmallItemElements) setWorkerThreads(false);
+  if (t_on_worker && largest_numel < kSmallItemElements)
+    setWorkerThreads(false);
 }
 
 }  // namespace torch_neuronx
