@@ -42,11 +42,11 @@ void setWorkerThreads(bool all) {
   current = n;
 }
 
-// Every item starts with every CPU torch would use.
 // Set on stream workers (the only threads the item hook runs on): a plan
 // built anywhere else (never expected) must not change a host thread.
 thread_local bool t_on_worker = false;
 
+// Every item starts with every CPU torch would use.
 void beginWorkerItem() {
   t_on_worker = true;
   setWorkerThreads(true);
