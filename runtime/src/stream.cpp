@@ -17,6 +17,10 @@ namespace {
 // queues items a few microseconds apart; polling briefly avoids paying a
 // futex wake-up for each of them.
 constexpr int64_t kIdleSpinNs = 30'000;
+// While adaptive eager holds items for this stream, the next part is being
+// issued (64 items, ~100-200 us of host work): polling that long spares the
+// host a futex wake-up per part.
+constexpr int64_t kHoldingSpinNs = 300'000;
 // How long a sleeping worker waits for work before it calls the idle hook:
 // programs that synchronise often (every step) wake it again sooner, and
 // should not pay for releasing and re-creating what the hook releases.
@@ -393,7 +397,10 @@ void Stream::workerLoop() {
   for (;;) {
     Node* item = cur->next.load(std::memory_order_acquire);
     if (!item) {
-      int64_t until = nowNs() + kIdleSpinNs;
+      int64_t until =
+          nowNs() + (adaptive_holding_.load(std::memory_order_relaxed)
+                         ? kHoldingSpinNs
+                         : kIdleSpinNs);
       while (nowNs() < until) {
         if ((item = cur->next.load(std::memory_order_acquire))) break;
         sched_yield();
