@@ -141,6 +141,10 @@ def test_side_streams_and_events_keep_their_order():
     torch.neuron.set_adaptive_eager(True)
     side = torch.neuron.Stream()
     x = torch.randn(64, 64, device="neuron")
+    # x is written on the current stream: as with CUDA, the side stream must wait for
+    # it before reading it (without this the side stream's matmul read x's memory
+    # before randn wrote it when the default stream's worker was slow - seen under load).
+    side.wait_stream(torch.neuron.current_stream())
     results = []
     for _ in range(5):
         done = torch.neuron.Event()
