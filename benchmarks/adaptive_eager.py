@@ -174,6 +174,18 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
     return out
 
 
+def run_child(mode: str, args: argparse.Namespace) -> dict:
+    """run_one(mode) in a fresh interpreter (same seed, same batches): its result."""
+    cmd = [sys.executable, __file__, "--one", mode, "--steps", str(args.steps)]
+    cmd += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
+    cmd += ["--seq-len", str(args.seq_len), "--seed", str(args.seed)]
+    for flag in ("small", "generate", "host_cost"):
+        if getattr(args, flag):
+            cmd.append("--" + flag.replace("_", "-"))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=10)
@@ -196,9 +208,7 @@ def main() -> None:
         for _ in range(args.rounds):
             row = []
             for mode in ("cpu", "eager", "adaptive"):
-                cmd = [sys.executable, __file__, "--one", mode, "--host-cost"]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                row.append(f"{mode} {json.loads(out.strip().splitlines()[-1])['us_per_op']:.2f}")
+                row.append(f"{mode} {run_child(mode, args)['us_per_op']:.2f}")
             print("  " + "   ".join(row), flush=True)
         return
     modes = [m for m in MODES if m != "compiled" or args.compiled]
@@ -212,15 +222,7 @@ def main() -> None:
     stats = None
     for _ in range(args.rounds):
         for mode in modes:
-            cmd = [sys.executable, __file__, "--one", mode, "--steps", str(args.steps)]
-            cmd += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
-            cmd += ["--seq-len", str(args.seq_len), "--seed", str(args.seed)]
-            if args.small:
-                cmd.append("--small")
-            if args.generate:
-                cmd.append("--generate")
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            r = run_child(mode, args)
             results[mode].append(r["ms"])
             what = "ms/call  last token" if args.generate else "ms/step  loss"
             host = f"  host {r['host_ms']:.1f} ms" if "host_ms" in r else ""
