@@ -1,6 +1,7 @@
 #include "eager/cpu_alias.h"
 
 #include <c10/core/TensorImpl.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 
@@ -50,11 +51,8 @@ AliasPlan::Built AliasPlan::build() const {
   // A small item's kernels run on the worker's thread alone
   // (core/compute_pool.h).
   int64_t largest = 0;
-  for (const TensorSpec& spec : tensors_) {
-    int64_t n = 1;
-    for (int64_t d : spec.sizes) n *= d;
-    largest = std::max(largest, n);
-  }
+  for (const TensorSpec& spec : tensors_)
+    largest = std::max(largest, c10::multiply_integers(spec.sizes));
   useOneThreadIfSmall(largest);
   // Runs inside the item's InferenceMode: the aliases are inference tensors
   // (no version counter, no autograd keys).
