@@ -158,6 +158,29 @@ def test_dynamic_shapes_one_program_for_many_sizes():
     assert counters["neuron"]["compiled_graphs"] == 1
 
 
+@pytest.mark.parametrize("fallback", ["0", "1"])
+def test_a_float_argument_that_turns_dynamic_is_specialized_not_a_compile_failure(
+    monkeypatch, fallback
+):
+    # The second float makes Dynamo trace it as a symbolic float; clamp/full/** cannot
+    # take it as a tensor, so AOTAutograd asks Dynamo to restart and specialize it
+    # (TensorifyScalarRestartAnalysis). The backend must let that restart through, with
+    # fallback off (it was a NEFFCompilationError) and on (it ran eagerly with a warning).
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", fallback)
+
+    def f(x, s):
+        return torch.clamp(x, max=s) + torch.full((6,), s, device=x.device) + x.abs() ** s
+
+    g = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "runs eagerly instead" warning
+        for s in (0.5, 0.25, 0.125):
+            torch.testing.assert_close(g(x.to(DEV), s).cpu(), f(x, s))
+    assert not counters["neuron"]["eager_fallbacks"]
+    assert counters["neuron"]["compiled_graphs"] >= 2
+
+
 def test_mark_dynamic():
     f = torch.compile(pointwise, backend="neuron")
     for n in (4, 6, 8):

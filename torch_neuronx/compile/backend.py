@@ -274,6 +274,19 @@ def _config_patches(mode: str | None, options: dict[str, Any]) -> tuple[dict[str
     return patches, captures
 
 
+def _dynamo_control_flow() -> tuple[type[BaseException], ...]:
+    """What a backend must raise to Dynamo unchanged (``call_user_compiler`` in
+    torch/_dynamo/output_graph.py re-raises them): a restart of its analysis (e.g.
+    ``TensorifyScalarRestartAnalysis``, AOTAutograd asking Dynamo to specialize a float
+    argument it could not trace as a tensor — a float passed to ``clamp``, ``full`` or
+    ``**`` on the call that made it dynamic), a request to skip the frame, a shortened
+    traceback, and ``IndexError`` (the user's dim out of range stays an IndexError).
+    None of them is a failure to compile: not a NEFFCompilationError, no fallback."""
+    from torch._dynamo.exc import RestartAnalysis, ShortenTraceback, SkipFrame
+
+    return (RestartAnalysis, ShortenTraceback, SkipFrame, IndexError)
+
+
 def neuron_backend(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -317,6 +330,8 @@ def neuron_backend(
                 compiled = _compile_on_neuron(gm, example_inputs, compile_graph)
             else:
                 compiled = _with_cpu_autocopy(gm, to_copy, example_inputs, compile_graph)
+    except _dynamo_control_flow():
+        raise
     except Exception as e:
         if not fallback.allowed:
             raise NEFFCompilationError(
