@@ -10,14 +10,15 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include "eager/device_op.h"
+#include "eager/op_stats.h"
+#include "eager/tensor_metadata.h"
 #include "ops/convolution.h"
 #include "ops/copy.h"
-#include "eager/device_op.h"
 #include "ops/dropout.h"
 #include "ops/histc.h"
 #include "ops/layer_norm.h"
-#include "eager/op_stats.h"
-#include "eager/tensor_metadata.h"
+#include "ops/rnn_cells.h"
 
 namespace torch_neuronx {
 namespace {
@@ -84,6 +85,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Integer inputs, which CUDA takes and the CPU kernel does not.
   m.impl("histc", TORCH_FN(histcOp));
   m.impl("histc.out", TORCH_FN(histcOut));
+  // The fused RNN cells ATen's LSTM and GRU call on every device but the
+  // CPU (no CPU kernel).
+  m.impl("_thnn_fused_lstm_cell", TORCH_FN(fusedLstmCell));
+  m.impl("_thnn_fused_lstm_cell_backward_impl",
+         TORCH_FN(fusedLstmCellBackwardImpl));
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(fusedGruCell));
+  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(fusedGruCellBackward));
   // Random ops with no generator argument: they draw from the neuron one.
   m.impl("native_dropout", TORCH_FN(nativeDropout));
   // ATen's CPU layer-norm kernels straight into device memory.
