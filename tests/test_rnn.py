@@ -125,3 +125,44 @@ def test_bad_gate_sizes_are_an_error_and_the_device_stays_usable():
     with pytest.raises(RuntimeError, match="same device|Expected all tensors"):
         torch.ops.aten._thnn_fused_gru_cell(gates[:, :6], gates[:, :6], torch.randn(3, 2))
     torch.testing.assert_close((torch.ones(2, device=DEV) * 2).cpu(), torch.full((2,), 2.0))
+
+
+def lstm_cell_in_float(ig, hg, cx, ib, hb):
+    i, f, g, o = (ig.float() + hg.float() + ib.float() + hb.float()).chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx.float() + i * g
+    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
+
+
+def gru_cell_in_float(ig, hg, hx, ib, hb):
+    xr, xz, xn = (ig.float() + ib.float()).chunk(3, 1)
+    hr, hz, hn = (hg.float() + hb.float()).chunk(3, 1)
+    r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
+    n = (xn + r * hn).tanh()
+    return n + z * (hx.float() - n), torch.cat([r, z, n, hx.float(), hn], 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "op, reference, gates",
+    [
+        (torch.ops.aten._thnn_fused_lstm_cell, lstm_cell_in_float, 4),
+        (torch.ops.aten._thnn_fused_gru_cell, gru_cell_in_float, 3),
+    ],
+    ids=["lstm", "gru"],
+)
+def test_reduced_precision_cells_compute_in_float(op, reference, gates, dtype):
+    # As CUDA's fused kernels: the gates in float, each result rounded once.
+    torch.manual_seed(0)
+    hidden = 32
+    args = [
+        torch.randn(8, gates * hidden, dtype=dtype),
+        torch.randn(8, gates * hidden, dtype=dtype),
+        torch.randn(8, hidden, dtype=dtype),
+        torch.randn(gates * hidden, dtype=dtype),
+        torch.randn(gates * hidden, dtype=dtype),
+    ]
+    got = op(*[a.to(DEV) for a in args])
+    for r, g in zip(reference(*args), got, strict=True):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.cpu(), r.to(dtype), atol=0, rtol=0)

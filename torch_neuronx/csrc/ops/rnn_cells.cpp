@@ -22,10 +22,20 @@ namespace {
 
 using Built = AliasPlan::Built;
 
-// One work item over `tensors` (inputs, then the outputs it writes; undefined
-// ones stay undefined): `body` gets their CPU aliases in that order.
+// Gates are computed in float for float16/bfloat16 tensors, as CUDA's
+// kernels compute in their opmath type; results are rounded once, when they
+// are written.
+at::Tensor opmath(const at::Tensor& t) {
+  return t.defined() && at::isReducedFloatingType(t.scalar_type())
+             ? t.to(at::kFloat)
+             : t;
+}
+
+// One work item over `tensors`: its `inputs` first, then the outputs it
+// writes (undefined ones stay undefined). `body` gets their CPU aliases in
+// that order, the inputs in opmath.
 template <typename Body>
-void launchCell(const char* name, std::atomic<uint32_t>& noted,
+void launchCell(const char* name, std::atomic<uint32_t>& noted, size_t inputs,
                 std::initializer_list<at::Tensor> tensors, Body body) {
   noteExecutedOnce(name, noted);
   DeviceCheck dc;
@@ -35,9 +45,10 @@ void launchCell(const char* name, std::atomic<uint32_t>& noted,
   for (const at::Tensor& t : tensors) plan->add(t);
   if (profiler::recordingItems()) profiler::noteEagerItem(name, *plan);
   if (adaptive::enabled()) adaptive::signFromPlan(name, *plan);
-  launch(device, name, [plan, body] {
+  launch(device, name, [plan, inputs, body] {
     runOnDevice([&] {
       Built t = plan->build();
+      for (size_t k = 0; k < inputs; ++k) t[k] = opmath(t[k]);
       body(t);
     });
   });
@@ -98,7 +109,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fusedLstmCell(
   at::Tensor hy = at::empty(cx.sizes(), cx.options());
   at::Tensor cy = at::empty(cx.sizes(), cx.options());
   at::Tensor workspace = at::empty(input_gates.sizes(), input_gates.options());
-  launchCell(kName, noted,
+  launchCell(kName, noted, 5,
              {input_gates, hidden_gates, cx, input_bias, hidden_bias, hy, cy,
               workspace},
              [](Built& t) {
@@ -109,9 +120,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fusedLstmCell(
                const at::Tensor f = g[1].sigmoid();
                const at::Tensor c = g[2].tanh();
                const at::Tensor o = g[3].sigmoid();
-               t[6].copy_(f * t[2] + i * c);
-               t[5].copy_(o * t[6].tanh());
-               at::cat_out(t[7], {i, f, c, o}, 1);
+               const at::Tensor cy = f * t[2] + i * c;
+               t[6].copy_(cy);
+               t[5].copy_(o * cy.tanh());
+               t[7].copy_(at::cat({i, f, c, o}, 1));
              });
   return {hy, cy, workspace};
 }
@@ -141,8 +153,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fusedLstmCellBackwardImpl(
   at::Tensor grad_gates = at::empty(workspace.sizes(), workspace.options());
   at::Tensor grad_cx = at::empty(cx.sizes(), cx.options());
   launchCell(
-      kName, noted, {grad_hy, grad_cy, cx, cy, workspace, grad_gates, grad_cx},
-      [](Built& t) {
+      kName, noted, 5,
+      {grad_hy, grad_cy, cx, cy, workspace, grad_gates, grad_cx}, [](Built& t) {
         auto w = t[4].chunk(4, 1);
         const at::Tensor &i = w[0], &f = w[1], &c = w[2], &o = w[3];
         const at::Tensor tanh_cy = t[3].tanh();
@@ -152,10 +164,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fusedLstmCellBackwardImpl(
         if (t[1].defined()) gcy = gcy + t[1];
         const at::Tensor go = t[0].defined() ? t[0] * tanh_cy * sigmoidGrad(o)
                                              : at::zeros_like(o);
-        at::cat_out(t[5],
-                    {gcy * c * sigmoidGrad(i), gcy * t[2] * sigmoidGrad(f),
+        t[5].copy_(
+            at::cat({gcy * c * sigmoidGrad(i), gcy * t[2] * sigmoidGrad(f),
                      gcy * i * tanhGrad(c), go},
-                    1);
+                    1));
         t[6].copy_(gcy * f);
       });
   at::Tensor grad_bias;
@@ -178,7 +190,7 @@ std::tuple<at::Tensor, at::Tensor> fusedGruCell(
   at::Tensor workspace =
       at::empty({hx.size(0), hx.size(1) * 5}, input_gates.options());
   launchCell(
-      kName, noted,
+      kName, noted, 5,
       {input_gates, hidden_gates, hx, input_bias, hidden_bias, hy, workspace},
       [](Built& t) {
         at::Tensor ig = t[0], hg = t[1];
@@ -192,7 +204,7 @@ std::tuple<at::Tensor, at::Tensor> fusedGruCell(
         const at::Tensor z = (in[1] + hid[1]).sigmoid();
         const at::Tensor n = (in[2] + r * hid[2]).tanh();
         t[5].copy_(n + z * (t[2] - n));
-        at::cat_out(t[6], {r, z, n, t[2], hid[2]}, 1);
+        t[6].copy_(at::cat({r, z, n, t[2], hid[2]}, 1));
       });
   return {hy, workspace};
 }
@@ -215,7 +227,7 @@ fusedGruCellBackward(const at::Tensor& grad_hy, const at::Tensor& workspace,
   at::Tensor grad_hidden_gates =
       at::empty({batch, 3 * hidden}, workspace.options());
   at::Tensor grad_hx = at::empty({batch, hidden}, workspace.options());
-  launchCell(kName, noted,
+  launchCell(kName, noted, 2,
              {grad_hy, workspace, grad_input_gates, grad_hidden_gates, grad_hx},
              [](Built& t) {
                auto w = t[1].chunk(5, 1);
@@ -225,8 +237,8 @@ fusedGruCellBackward(const at::Tensor& grad_hy, const at::Tensor& workspace,
                const at::Tensor gz = go * (hx - n) * sigmoidGrad(z);
                const at::Tensor gn = go * (1 - z) * tanhGrad(n);
                const at::Tensor gr = gn * hn * sigmoidGrad(r);
-               at::cat_out(t[2], {gr, gz, gn}, 1);
-               at::cat_out(t[3], {gr, gz, gn * r}, 1);
+               t[2].copy_(at::cat({gr, gz, gn}, 1));
+               t[3].copy_(at::cat({gr, gz, gn * r}, 1));
                t[4].copy_(go * z);
              });
   at::Tensor grad_input_bias, grad_hidden_bias;
