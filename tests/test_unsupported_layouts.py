@@ -47,14 +47,24 @@ def test_sparse_factory_on_neuron_is_an_error():
     torch.neuron.synchronize()
 
 
-@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
-def test_multi_margin_loss_unreduced_shape_matches_cpu(shape):
+@pytest.mark.parametrize(
+    "shape, target",
+    [((), [0]), ((3,), 0), ((3,), [2]), ((2, 3), [1, 0])],
+    ids=["0-dim", "1-dim-0-dim-target", "1-dim-1-element-target", "2-dim"],
+)
+def test_multi_margin_loss_unreduced_shape_matches_cpu(shape, target):
+    # The loss is 0-dim for a 0-dim target, [1] for a [1] target (a 1-dim input).
     x = torch.randn(shape)
-    target = torch.tensor(0) if len(shape) <= 1 else torch.tensor([1, 0])
+    target = torch.tensor(target) if shape else torch.tensor(0)
     expected = F.multi_margin_loss(x, target, reduction="none")
     actual = F.multi_margin_loss(x.to(DEV), target.to(DEV), reduction="none")
     assert actual.shape == expected.shape
     torch.testing.assert_close(actual.cpu(), expected)
+    # The out= overload (its reduction is not its last argument).
+    out = torch.empty(0, device=DEV)
+    torch.ops.aten.multi_margin_loss.out(x.to(DEV), target.to(DEV), 1, 1, None, 0, out=out)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out.cpu(), expected)
 
 
 @pytest.mark.parametrize("shape", [(), (3,), (2, 3)])

@@ -39,14 +39,31 @@ void layerNormStatsInInputDtype(CachedMeta& m,
     for (TensorMeta& t : m.returns[i]) t.dtype = dtype;
 }
 
-// The margin losses without reduction return a 0-dim loss for a 0-dim or
-// 1-dim input on CPU (and CUDA); their Meta kernel says [1].
-void marginLossUnreducedShape(CachedMeta& m, const std::vector<IValue>& args) {
-  const int64_t reduction = args.back().toInt();
+// The margin losses without reduction, for a 0-dim or 1-dim input, return a
+// 0-dim loss on CPU (and CUDA) where their Meta kernel says [1]: always for
+// multilabel_margin_loss, and for multi_margin_loss when its target is 0-dim
+// (a [1] target gives a [1] loss). `reduction` is the argument's position
+// (the out= overloads have theirs at the same place, before `out`).
+void unreducedLossIsZeroDim(CachedMeta& m, const std::vector<IValue>& args,
+                            size_t reduction_at, bool unless_target_has_dims) {
+  const int64_t reduction = args.at(reduction_at).toInt();
   if (reduction != 0 || args[0].toTensor().dim() > 1) return;
+  if (unless_target_has_dims && args[1].toTensor().dim() > 0) return;
   TensorMeta& loss = m.returns.at(0).at(0);
   loss.sizes.clear();
   loss.strides.clear();
+}
+
+void multiMarginLossUnreducedShape(CachedMeta& m,
+                                   const std::vector<IValue>& args) {
+  // (self, target, p, margin, weight, reduction)
+  unreducedLossIsZeroDim(m, args, 5, /*unless_target_has_dims=*/true);
+}
+
+void multilabelMarginLossUnreducedShape(CachedMeta& m,
+                                        const std::vector<IValue>& args) {
+  // (self, target, reduction)
+  unreducedLossIsZeroDim(m, args, 2, /*unless_target_has_dims=*/false);
 }
 
 // linalg_eig's C++ Meta kernel makes the eigenvectors row-major; the CPU and
@@ -86,9 +103,10 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
   t.call_check = callCheckFor(schema);
   if (t.name == "aten::native_layer_norm")
     t.adjust_meta = &layerNormStatsInInputDtype;
-  if (t.name == "aten::multi_margin_loss" ||
-      t.name == "aten::multilabel_margin_loss_forward")
-    t.adjust_meta = &marginLossUnreducedShape;
+  if (t.name == "aten::multi_margin_loss")
+    t.adjust_meta = &multiMarginLossUnreducedShape;
+  if (t.name == "aten::multilabel_margin_loss_forward")
+    t.adjust_meta = &multilabelMarginLossUnreducedShape;
   if (t.name == "aten::linalg_eig") t.adjust_meta = &eigenvectorsColumnMajor;
   if (!schema.overload_name().empty()) t.name += "." + schema.overload_name();
   const auto& args = schema.arguments();
