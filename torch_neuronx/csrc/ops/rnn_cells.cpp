@@ -58,7 +58,8 @@ at::Tensor valueOr(const std::optional<at::Tensor>& t) {
   return t.has_value() ? *t : at::Tensor();
 }
 
-// CUDA's argument checks for the fused cells (same conditions and wording).
+// The argument checks CUDA's fused cells make (sizes, matching biases,
+// one dtype), in our words.
 void checkGates(const char* op, const at::Tensor& input_gates,
                 const at::Tensor& hidden_gates, const at::Tensor& prev_hidden,
                 const at::Tensor& input_bias, const at::Tensor& hidden_bias,
