@@ -92,6 +92,7 @@ def compare_one(info, module_input, training: bool) -> list[str]:
 def test_module_matches_the_cpu(info):
     failures = []
     compared = 0
+    torch.manual_seed(0)  # the inputs are random: the same ones whatever ran before
     for training in (True, False):
         inputs = info.module_inputs_func(
             info, device="cpu", dtype=torch.float32, requires_grad=True, training=training
