@@ -13,8 +13,9 @@ import copy
 
 import pytest
 import torch
+from test_modules_differential import to_device
 from torch.testing._internal import common_nn
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves
 
 DEV = "neuron"
 TOL = {"atol": 1e-6, "rtol": 1e-6, "equal_nan": True}
@@ -65,22 +66,11 @@ def _build(t: dict):
     return module, inputs
 
 
-def _to(obj, device):
-    return tree_map(
-        lambda t: (
-            t.detach().to(device).requires_grad_(t.requires_grad)
-            if isinstance(t, torch.Tensor)
-            else t
-        ),
-        obj,
-    )
-
-
 @pytest.mark.parametrize("t", TESTS, ids=[_name(t) for t in TESTS])
 def test_matches_the_cpu(t):
     torch.manual_seed(0)
     module, inputs = _build(t)
-    dev_module, dev_inputs = copy.deepcopy(module).to(DEV), _to(inputs, DEV)
+    dev_module, dev_inputs = copy.deepcopy(module).to(DEV), to_device(inputs, DEV)
     torch.manual_seed(1)
     try:
         expected = [o for o in tree_leaves(module(*inputs)) if isinstance(o, torch.Tensor)]
