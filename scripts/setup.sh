@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Sets up everything torch-neuronx needs on a fresh Debian machine with
-# Python 3.11: system packages, torch 2.13 (the CPU build), the project
-# itself (C++ extension built with CMake + ninja + ccache), and the runtime's
-# GoogleTest tests. Safe to run again: finished steps are skipped quickly.
+# Sets up everything torch-neuronx needs on a fresh Debian machine: system
+# packages, torch (an installed torch 2.13 or 2.14 is kept; otherwise the CPU
+# build of 2.13 where one can be had), the project itself (C++ extension built
+# with CMake + ninja + ccache), and the runtime's GoogleTest tests. Safe to run
+# again: finished steps are skipped quickly. PYTHON=python3.12 picks another
+# interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,10 +22,20 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# torch first and pinned, so nothing later can pull a CUDA build.
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.') else 1)" 2>/dev/null; then
+# torch first, so nothing later pulls another build. The supported range is
+# also in pyproject.toml, requirements-dev.txt and cmake/TorchLibraries.cmake.
+if TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -c "
+import sys, torch
+v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2])
+sys.exit(0 if (2, 13) <= v < (2, 15) else 1)" 2>/dev/null; then
+  echo "== torch: keeping the installed $(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -c 'import torch; print(torch.__version__)')"
+elif "$PY" -m pip install -q "torch==2.13.0+cpu" 2>/dev/null; then
   echo "== pip: torch 2.13.0 (CPU build)"
-  "$PY" -m pip install -q "torch==2.13.0"
+else
+  # No CPU build reachable for this Python: PyPI's (on Linux a CUDA build,
+  # several GB; torch-neuronx needs none of CUDA and builds against it).
+  echo "== pip: torch >=2.13,<2.15 (no CPU build for this Python: PyPI's build)"
+  "$PY" -m pip install -q "torch>=2.13,<2.15"
 fi
 echo "== pip: build and test requirements"
 "$PY" -m pip install -q -r requirements-dev.txt

@@ -1,4 +1,5 @@
 #include "distributed/neuron_backend.h"
+#include "distributed/backend_options.h"
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
@@ -244,6 +245,15 @@ void NeuronBackend::drain() {
     } catch (...) {
     }
   }
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> NeuronBackend::getBackendOptions() {
+  auto opts = c10::make_intrusive<NeuronBackendOptions>(timeout_);
+  opts->group_name = group_name_;
+  for (int r = 0; r < size_; ++r)
+    opts->global_ranks_in_group.push_back(
+        static_cast<uint64_t>(globalRank(r)));
+  return opts;
 }
 
 c10::intrusive_ptr<c10d::Backend> NeuronBackend::split(

@@ -98,6 +98,11 @@ class NeuronBackend final : public c10d::Backend {
   // DeviceMesh and dist.split_group make sub-groups by splitting (a group
   // bound to a device, init_process_group(device_id=...)).
   bool supportsSplitting() const override { return true; }
+  // The options this group was made with (backend, timeout, name, its ranks
+  // in the default group): c10d's splitGroup starts a child's options from
+  // them (torch 2.14 asks every backend it splits; 2.13 only when the caller
+  // gave none). A fresh object each call: split() may change what it gets.
+  c10::intrusive_ptr<Options> getBackendOptions() override;
   c10::intrusive_ptr<c10d::Backend> split(
       const c10::intrusive_ptr<c10d::Store>& store,
       const std::vector<int>& ranks,

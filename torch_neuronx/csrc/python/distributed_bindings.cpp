@@ -8,41 +8,22 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "distributed/backend_options.h"
 #include "distributed/neuron_backend.h"
 
 namespace py = pybind11;
 
 namespace torch_neuronx {
 
-namespace {
-
-// The backend's options as torch.distributed's Python code handles them:
-// split_group deep-copies the parent backend's `options` to pass them on.
-struct NeuronBackendOptions final : c10d::Backend::Options {
-  explicit NeuronBackendOptions(std::chrono::milliseconds timeout)
-      : Options("neuron", timeout) {}
-};
-
-}  // namespace
-
 void bindDistributed(py::module_& m) {
   py::class_<NeuronBackendOptions, c10d::Backend::Options,
              c10::intrusive_ptr<NeuronBackendOptions>>(m,
                                                        "_NeuronBackendOptions")
-      .def("__deepcopy__", [](const NeuronBackendOptions& o, py::dict) {
-        auto c = c10::make_intrusive<NeuronBackendOptions>(o.timeout);
-        c->group_name = o.group_name;
-        c->group_desc = o.group_desc;
-        c->global_ranks_in_group = o.global_ranks_in_group;
-        return c;
-      });
+      .def("__deepcopy__",
+           [](const NeuronBackendOptions& o, py::dict) { return o.clone(); });
   py::class_<NeuronBackend, c10d::Backend, c10::intrusive_ptr<NeuronBackend>>(
       m, "_NeuronBackend")
-      .def_property_readonly(
-          "options",
-          [](const NeuronBackend& b) {
-            return c10::make_intrusive<NeuronBackendOptions>(b.timeout());
-          })
+      .def_property_readonly("options", &NeuronBackend::getBackendOptions)
       .def_property_readonly("transport", &NeuronBackend::transportKind);
   m.def(
       "_create_neuron_backend",
