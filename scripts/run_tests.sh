@@ -9,6 +9,11 @@
 # else in the other. Each prints its own report; the multi-process one is printed
 # when both are done. Extra arguments are pytest options for both sessions. On a
 # single CPU, one session runs all.
+#
+# Then one cell of the version matrix (scripts/test_matrix.sh): the same tree
+# built and tested in a virtual environment with torch 2.14 (a CUDA build of
+# ~5.5 GB, removed afterwards; on this machine's kind it lies on disk).
+# TORCH_NEURONX_MATRIX_CELLS names other cells, or none ("").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -30,9 +35,15 @@ run_adaptive() {
   echo "== pytest with adaptive eager on (TORCH_NEURONX_ADAPTIVE_EAGER=1)"
   TORCH_NEURONX_ADAPTIVE_EAGER=1 python3 -m pytest -q "${ADAPTIVE[@]}" "$@"
 }
+run_matrix() {
+  local cells=${TORCH_NEURONX_MATRIX_CELLS-py3.11-torch2.14}
+  # shellcheck disable=SC2086  # a list of cell names
+  [ -z "$cells" ] || bash scripts/test_matrix.sh $cells
+}
 if [ "$(nproc)" -lt 2 ]; then
   python3 -m pytest -q tests "$@"
   run_adaptive "$@"
+  run_matrix
   exit
 fi
 log=$(mktemp /tmp/pytest-multi-process.XXXXXX.log)
@@ -48,4 +59,6 @@ wait "$multi" || multi_rc=$?
 echo "== pytest (multi-process jobs: ${MULTI_PROCESS[*]}; then adaptive eager on)"
 cat "$log"
 rm -f "$log"
-[ "$rest_rc" -eq 0 ] && [ "$multi_rc" -eq 0 ]
+matrix_rc=0
+run_matrix || matrix_rc=$?
+[ "$rest_rc" -eq 0 ] && [ "$multi_rc" -eq 0 ] && [ "$matrix_rc" -eq 0 ]

@@ -67,6 +67,8 @@ run_cell() {
   mkdir -p "$dir/src"
   "$py" -m venv "$dir/venv"
   local vpy=$dir/venv/bin/python
+  # The venv's tools (cmake, ninja) before any other interpreter's.
+  local PATH=$dir/venv/bin:$PATH
   "$vpy" -m pip install -q --upgrade pip
   # torch first, alone: nothing later may replace it.
   "$vpy" -m pip install -q "torch==$torchver.*"

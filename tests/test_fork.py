@@ -3,8 +3,9 @@
 The scenarios run in one fresh interpreter, once per module (forking the pytest
 process, whose runtime threads are running, is not something a test should do): a
 child forked before the runtime started, then, once the parent started it, an
-os.fork child, a multiprocessing fork child, a spawned child and DataLoader fork
-workers. The tests read its report.
+os.fork child, a multiprocessing fork child, a spawned child, a forkserver child
+and DataLoader fork and forkserver workers (forkserver: Linux's default start
+method from Python 3.14 on). The tests read its report.
 """
 
 import json
@@ -103,6 +104,13 @@ def data_loading():
         r["worker_error"] = None
     except RuntimeError as e:
         r["worker_error"] = str(e)
+    # Python 3.14's default start method on Linux: the workers come from a
+    # server process that never started the runtime.
+    total.zero_()
+    for batch in DataLoader(Squares(), batch_size=4, num_workers=2,
+                            multiprocessing_context="forkserver", timeout=120):
+        total += batch.to("neuron").sum() * w
+    r["forkserver_total"] = total.item()
     r["parent_still_works"] = (w * 3).tolist()
     return r
 
@@ -115,6 +123,7 @@ if __name__ == "__main__":
     r["os_fork"] = os_fork()
     r["mp_fork"] = run_in("fork")
     r["spawn"] = run_in("spawn")
+    r["forkserver"] = run_in("forkserver")
     r["parent_still_works"] = (torch.ones(3, device="neuron") + 1).tolist()
     r["data_loading"] = data_loading()
     print(json.dumps(r))
@@ -147,6 +156,8 @@ def test_fork_after_init_and_spawn(report):
     assert mp_fork["exitcode"] == 0  # an exception, not a crash
 
     assert r["spawn"] == {"ok": 12.0, "exitcode": 0}
+    # The forkserver's children never inherit a started runtime: they use their own.
+    assert r["forkserver"] == {"ok": 12.0, "exitcode": 0}
     assert r["parent_still_works"] == [2.0, 2.0, 2.0]
 
     # Forking before the runtime started is fine: the child starts its own.
@@ -165,4 +176,5 @@ def test_dataloader_fork_workers_after_init(report):
     msg = r["worker_error"]
     assert msg is not None, "a forked worker used the device"
     assert "DataLoader worker" in msg and "'spawn'" in msg, msg
+    assert r["forkserver_total"] == float(sum(i * i for i in range(16)))
     assert r["parent_still_works"] == [3.0]

@@ -640,7 +640,11 @@ def _compile_phase(request):
 
     mp = pytest.MonkeyPatch()
     mp.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
-    mp.setattr(inductor_config, "compile_threads", 1)
+    # torch's own patch, not MonkeyPatch.setattr: pytest >= 9.2 restores a module
+    # attribute by deleting it when it was not in the module's __dict__, which
+    # hides a config-module entry (compile_threads "does not exist" afterwards).
+    threads = inductor_config.patch(compile_threads=1)
+    threads.__enter__()
     if not request.config.pluginmanager.has_plugin("opinfo-compile-summary"):
         request.config.pluginmanager.register(_Summary(), "opinfo-compile-summary")
     _RESULTS.started = time.perf_counter()
@@ -681,6 +685,7 @@ def _compile_phase(request):
                 os.killpg(warmer.pid, signal.SIGKILL)
             warmer.wait()
         shutil.rmtree(workdir, ignore_errors=True)
+        threads.__exit__(None, None, None)
         mp.undo()
 
 

@@ -3,6 +3,14 @@
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
+// Ops CUDA's autocast lists name outside torch's shared list macros, which
+// only exist from some torch version on: registered where the installed
+// torch's headers declare them (a feature test, not a version test).
+#if __has_include(<ATen/ops/linalg_matrix_sqrth.h>)
+#include <ATen/ops/linalg_matrix_sqrth.h>
+#define NEURON_HAS_LINALG_MATRIX_SQRTH 1
+#endif
+
 namespace torch_neuronx {
 
 at::Tensor binaryCrossEntropyBanned(const at::Tensor&, const at::Tensor&,
@@ -54,6 +62,10 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   // Multi-input ops run in the widest floating type among their inputs.
   AT_FORALL_PROMOTE(NEURON_PROMOTE)
   m.impl("binary_cross_entropy", TORCH_FN(binaryCrossEntropyBanned));
+#ifdef NEURON_HAS_LINALG_MATRIX_SQRTH
+  // torch 2.14: CUDA's autocast registers it fp32 by hand (autocast_mode.cpp).
+  NEURON_FP32(linalg_matrix_sqrth)
+#endif
 }
 
 #undef NEURON_LOWER_PRECISION_FP
