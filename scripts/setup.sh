@@ -42,6 +42,8 @@ echo "== pip: build and test requirements"
 
 echo "== build: torch_neuronx (CMake + ninja)"
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+# Paths under the tree hashed relative: another clone reuses the cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .
 
 echo "== build: runtime tests"

@@ -80,7 +80,9 @@ run_cell() {
   # The tree as it is now (committed or not), without build outputs.
   git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$dir/src"
   local t0=$(date +%s)
-  (cd "$dir/src" && TORCH_NEURONX_BUILD_DIR=$dir/build \
+  # CCACHE_BASEDIR: the cell's own paths (venv, source, build) hashed relative,
+  # so the same cell built again, from any clone, comes from ccache.
+  (cd "$dir/src" && CCACHE_BASEDIR=$dir TORCH_NEURONX_BUILD_DIR=$dir/build \
     "$vpy" -m pip install -q --no-build-isolation --no-deps -e .)
   local t_build=$(($(date +%s) - t0))
 
