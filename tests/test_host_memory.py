@@ -230,7 +230,9 @@ def test_dataloader_pin_memory_feeds_training(num_workers):
     # Python >= 3.12 warns when a process with threads forks (the device's stream
     # workers are threads, as CUDA's are): Python's warning, not the loader's.
     assert [
-        str(w.message) for w in caught if "use of fork() may lead to deadlocks" not in str(w.message)
+        str(w.message)
+        for w in caught
+        if "use of fork() may lead to deadlocks" not in str(w.message)
     ] == []
     expected = train(DataLoader(Pairs(), batch_size=8), "cpu", non_blocking=False)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -24,7 +24,6 @@ from torchgen.api.types import CppSignatureGroup
 from torchgen.gen import parse_native_yaml
 from torchgen.model import DispatchKey, SchemaKind
 
-
 SUPPORTED_TYPES = {
     "const at::Tensor &",
     "at::Tensor &",

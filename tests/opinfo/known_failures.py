@@ -185,9 +185,8 @@ def _fft_half_types_on_cuda() -> dict[str, frozenset[torch.dtype]]:
     from torch.testing._internal.opinfo.definitions.fft import op_db
 
     half = {torch.float16, torch.bfloat16}
-    return {
-        op.name: frozenset(half & set(op.dtypesIfCUDA)) for op in op_db if op.name in FFT_OPS
-    }
+    return {op.name: frozenset(half & set(op.dtypesIfCUDA)) for op in op_db if op.name in FFT_OPS}
+
 
 # Strides ("strides" phase).
 COLUMN_MAJOR = (

@@ -4,9 +4,8 @@
 // getBackendOptions() for each child) copy them whole.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-
 #include <chrono>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 namespace torch_neuronx {
 

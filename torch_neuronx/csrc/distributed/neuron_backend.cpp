@@ -1,5 +1,4 @@
 #include "distributed/neuron_backend.h"
-#include "distributed/backend_options.h"
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
@@ -18,6 +17,7 @@
 
 #include "core/device.h"
 #include "core/stream.h"
+#include "distributed/backend_options.h"
 #include "distributed/comm_types.h"
 #include "distributed/neuron_work.h"
 #include "distributed/transport.h"
@@ -251,8 +251,7 @@ c10::intrusive_ptr<c10d::Backend::Options> NeuronBackend::getBackendOptions() {
   auto opts = c10::make_intrusive<NeuronBackendOptions>(timeout_);
   opts->group_name = group_name_;
   for (int r = 0; r < size_; ++r)
-    opts->global_ranks_in_group.push_back(
-        static_cast<uint64_t>(globalRank(r)));
+    opts->global_ranks_in_group.push_back(static_cast<uint64_t>(globalRank(r)));
   return opts;
 }
 
