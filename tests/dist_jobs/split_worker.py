@@ -9,6 +9,8 @@ sub-group within one host moves data through shared memory, one across hosts
 through gloo.
 """
 
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 from common import dev, expect, expect_close, finish, rank, setup, world
@@ -27,6 +29,19 @@ t = torch.full((4,), float(rank), device=dev)
 dist.all_reduce(t, group=sub)
 expect_close("split_group all_reduce", t, torch.full((4,), float(sum(range(world)))))
 expect("split keeps the parent's transport", transport(sub) == transport(dist.group.WORLD))
+# The child's options come from the parent's (getBackendOptions: torch 2.14's
+# splitGroup asks for them on every split) with the caller's timeout.
+timed = dist.split_group(split_ranks=[list(range(world))], timeout=timedelta(seconds=123))
+opts = timed._get_backend(dev).options
+expect(
+    "split_group's timeout reaches the child",
+    opts._timeout == timedelta(seconds=123),
+    opts._timeout,
+)
+expect("the child's options are neuron's", opts.backend == "neuron", opts.backend)
+t = torch.ones(2, device=dev)
+dist.all_reduce(t, group=timed)
+expect_close("the timed group's all_reduce", t, torch.full((2,), float(world)))
 evens = list(range(0, world, 2))
 part = dist.split_group(split_ranks=[evens])
 if rank in evens:
