@@ -96,7 +96,10 @@ run_cell() {
   local disk
   disk=$(du -sh "$dir" 2>/dev/null | cut -f1)
   local versions
-  versions=$("$vpy" -c "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')")
+  # From the cell's tree, without autoloading: the caller's directory may hold
+  # another build's torch_neuronx.
+  versions=$(cd "$dir/src" && TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$vpy" -c \
+    "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')")
   echo "== matrix $cell: $versions; $(tail -n 1 "$log" | tr -d '=')" \
     "(venv ${t_venv}s, build ${t_build}s, tests ${t_test}s, disk $disk)"
   if [ "$keep" -eq 0 ]; then rm -rf "$dir"; fi
