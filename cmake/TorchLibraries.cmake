@@ -39,7 +39,8 @@ if(TORCH_VERSION VERSION_LESS _torch_supported_min
 endif()
 
 add_library(torch_neuronx::torch INTERFACE IMPORTED)
-# SYSTEM: torch's headers are not ours to warn about.
+# SYSTEM: torch's headers are not ours to warn about. kineto/: Kineto's plugin
+# interface (IActivityProfiler.h), shipped with torch.
 target_include_directories(torch_neuronx::torch SYSTEM INTERFACE
   ${TORCH_INCLUDE_DIRS} ${TORCH_INSTALL_PREFIX}/include/kineto)
 target_compile_definitions(torch_neuronx::torch INTERFACE ${TORCH_COMPILE_DEFINITIONS})
