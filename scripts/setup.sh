@@ -15,7 +15,8 @@ command -v ccache >/dev/null || need_apt+=(ccache)
 command -v cmake >/dev/null || need_apt+=(cmake)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
 # libffi: compiled programs call Inductor's C++ kernels, whatever their arity.
-ls /usr/include/*/ffi.h /usr/include/ffi.h >/dev/null 2>&1 || need_apt+=(libffi-dev)
+# (ls fails if any one path is missing: the header is in one place or the other.)
+[ -n "$(ls /usr/include/*/ffi.h /usr/include/ffi.h 2>/dev/null)" ] || need_apt+=(libffi-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt: ${need_apt[*]}"
   apt-get update -qq
@@ -24,11 +25,13 @@ fi
 
 # torch first, so nothing later pulls another build. The supported range is
 # also in pyproject.toml, requirements-dev.txt and cmake/TorchLibraries.cmake.
-if TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -c "
+# Prints the installed torch's version if it is in the range, fails otherwise.
+if installed=$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -c "
 import sys, torch
 v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2])
-sys.exit(0 if (2, 13) <= v < (2, 15) else 1)" 2>/dev/null; then
-  echo "== torch: keeping the installed $(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" -c 'import torch; print(torch.__version__)')"
+print(torch.__version__)
+sys.exit(0 if (2, 13) <= v < (2, 15) else 1)" 2>/dev/null); then
+  echo "== torch: keeping the installed $installed"
 elif "$PY" -m pip install -q "torch==2.13.0+cpu" 2>/dev/null; then
   echo "== pip: torch 2.13.0 (CPU build)"
 else

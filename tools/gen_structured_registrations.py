@@ -8,7 +8,7 @@ with the installed torch, so they match its headers: the build runs this
 script (torch_neuronx/csrc/CMakeLists.txt) into its build directory, and each
 torch version gets its own set (torch 2.14 adds `_scaled_mm_v2`,
 `linalg_polar`, ...). To read what a torch version gets:
-    python tools/gen_structured_registrations.py --out-dir /tmp/structured
+    python tools/gen_structured_registrations.py --out-dir /tmp/structured --shards 4
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def write_if_changed(path: Path, text: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, required=True)
-    parser.add_argument("--shards", type=int, default=4)
+    # How many files: the build names them (STRUCTURED_SHARDS in
+    # torch_neuronx/csrc/CMakeLists.txt), so the count lives there alone.
+    parser.add_argument("--shards", type=int, required=True)
     args = parser.parse_args()
     out_dir: Path = args.out_dir
     shards: int = args.shards

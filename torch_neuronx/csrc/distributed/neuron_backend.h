@@ -91,7 +91,6 @@ class NeuronBackend final : public c10d::Backend {
   ~NeuronBackend() override;
 
   const std::string getBackendName() const override { return "neuron"; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
   // How the group's data moves: "shared_memory", "gloo" or "hierarchical".
   std::string transportKind() const;
   bool supportsCoalescing() const override { return true; }
