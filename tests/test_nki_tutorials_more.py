@@ -260,7 +260,8 @@ def test_indirection_num_elem_beyond_the_index_tile_is_refused():
         _run_indirect(lambda d, i: lisa.tensor_copy(d.indirect(i, num_elem=17)))
 
 
-def test_tensor_valued_indices_are_not_supported_yet():
+def test_tensor_valued_indices_read_the_index_at_run_time():
+    # Dynamic DMA indexing (tests/test_nki_dynamic_indexing.py has the rest).
     @nki.jit
     def by_tile(x, idx):
         out = nl.ndarray((1, 4), dtype=x.dtype, buffer=nl.shared_hbm)
@@ -268,18 +269,29 @@ def test_tensor_valued_indices_are_not_supported_yet():
         nl.store(out, nl.load(x[i, 0:4]))
         return out
 
-    with pytest.raises(NKIError, match="indexing with a tensor .* is not supported yet"):
-        simulate_kernel(by_tile, np.ones((8, 4), np.float32), np.zeros((1, 1), np.int32))
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    got = simulate_kernel(by_tile, x, np.full((1, 1), 6, np.int32))
+    np.testing.assert_array_equal(got, x[6:7])
 
     @nki.jit
-    def ds_from_register(x, idx):
+    def ds_from_tile(x, idx):
         out = nl.ndarray((1, 4), dtype=x.dtype, buffer=nl.shared_hbm)
         i = nl.load(idx)
         nl.store(out, nl.load(x[nl.ds(i, 1), 0:4]))
         return out
 
-    with pytest.raises(NKIError, match=r"nl.ds with a start read from a tensor .* not supported"):
-        simulate_kernel(ds_from_register, np.ones((8, 4), np.float32), np.zeros((1, 1), np.int32))
+    got = simulate_kernel(ds_from_tile, x, np.full((1, 1), 3, np.int32))
+    np.testing.assert_array_equal(got, x[3:4])
+
+    @nki.jit
+    def on_chip(x, idx):
+        out = nl.ndarray((1, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, nl.copy(t[nl.load(idx), 0:4]))
+        return out
+
+    with pytest.raises(NKIError, match="indexing an on-chip tile with a tile .* not supported yet"):
+        simulate_kernel(on_chip, x, np.zeros((1, 1), np.int32))
 
 
 # rotary: a sub-kernel writing a [2, par_dim(P), F] block tile, masked tails -------

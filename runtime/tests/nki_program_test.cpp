@@ -87,6 +87,40 @@ std::vector<Buffer> matmulBuffers(int64_t K, int64_t M, int64_t N) {
           tile(Space::kSbuf, DType::kF32, M, N)};
 }
 
+// out[K, D] = table[idx[k], :] (vector: one row per partition) or
+// out[K, D] = table[idx[0] + k, :] (scalar: a window from a run-time start).
+// Arguments: 0 table [R, D], 1 idx [K] int32, 2 out [K, D].
+Program dynamicGatherProgram(int64_t R, int64_t D, int64_t K, bool vector,
+                             bool skip) {
+  std::vector<Buffer> bufs = {
+      hbm(DType::kF32, R * D, 0, true), hbm(DType::kI32, K, 1, true),
+      hbm(DType::kF32, K * D, 2, false), tile(Space::kSbuf, DType::kI32, K, 1),
+      tile(Space::kSbuf, DType::kF32, K, D)};
+  std::vector<Instruction> p;
+  p.push_back(copy(Engine::kDma, access2d(3, 0, K, 1, 1, 1),
+                   access2d(1, 0, K, 1, 1, 1)));
+  Instruction g;
+  g.op = Op::kDmaDynamic;
+  g.engine = Engine::kDma;
+  g.loc = 9;
+  g.flags = (vector ? kFlagVectorOffset : 0) | (skip ? kFlagOobSkip : 0);
+  g.dst = access2d(4, 0, K, D, D, 1);
+  // The static part of the source: row 0 (vector: every partition's).
+  g.src[0] = access2d(0, 0, K, vector ? 0 : D, D, 1);
+  g.src[1].buffer = 3;
+  g.src[1].ndim = 1;
+  g.src[1].size[0] = vector ? K : 1;
+  g.src[1].stride[0] = 1;
+  g.imm[0] = static_cast<double>(D);  // elements per index step
+  g.imm[1] = static_cast<double>(R);  // rows
+  g.imm[2] = 0;
+  g.imm[3] = vector ? 0 : static_cast<double>(K - 1);
+  p.push_back(g);
+  p.push_back(copy(Engine::kDma, access2d(2, 0, K, D, D, 1),
+                   access2d(4, 0, K, D, D, 1)));
+  return Program(bufs, p, 3);
+}
+
 }  // namespace
 
 TEST(NkiProgramTest, MatmulMatchesReference) {
@@ -325,4 +359,46 @@ TEST(NkiProgramTest, GatherOffsetOutOfRangeIsAnErrorAtRunTime) {
 TEST(NkiProgramTest, GatherNeedsWholeGroupsAndEnoughOffsets) {
   EXPECT_THROW(gatherProgram(8, 4, 1, 4), ProgramError);    // 8 partitions
   EXPECT_THROW(gatherProgram(16, 4, 1, 17), ProgramError);  // 16 offsets
+}
+
+TEST(NkiProgramTest, DynamicDmaGathersOneRowPerPartition) {
+  const int64_t R = 10, D = 3, K = 4;
+  const Program prog = dynamicGatherProgram(R, D, K, true, false);
+  std::vector<float> table(R * D), out(K * D, -1);
+  for (int64_t k = 0; k < R * D; ++k) table[k] = static_cast<float>(k);
+  std::vector<int32_t> idx = {9, 0, 9, 4};
+  void* ext[3] = {table.data(), idx.data(), out.data()};
+  prog.run(ext);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < D; ++j)
+      EXPECT_EQ(out[k * D + j], table[idx[k] * D + j]) << k << "," << j;
+  // Each row is its own descriptor: dearer than the same bytes at once.
+  const Program window = dynamicGatherProgram(R, D, K, false, false);
+  EXPECT_GT(prog.profile().busy_ns[0], window.profile().busy_ns[0]);
+}
+
+TEST(NkiProgramTest, DynamicDmaIndexIsCheckedAgainstItsDimension) {
+  const int64_t R = 10, D = 3, K = 4;
+  const Program window = dynamicGatherProgram(R, D, K, false, false);
+  std::vector<float> table(R * D, 1), out(K * D, 0);
+  std::vector<int32_t> idx = {7, 0, 0, 0};  // rows 7..10: one past the end
+  void* ext[3] = {table.data(), idx.data(), out.data()};
+  try {
+    window.run(ext);
+    FAIL() << "no error";
+  } catch (const ProgramError& e) {
+    EXPECT_EQ(e.loc(), 9);
+    EXPECT_EQ(e.instruction(), 1);
+    EXPECT_NE(std::string(e.what()).find("index 7"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("positions 7..10"), std::string::npos)
+        << e.what();
+  }
+  idx[0] = 6;  // rows 6..9 fit
+  window.run(ext);
+  EXPECT_EQ(out[0], 1);
+  // Skipped rows keep what the tile held; the others move.
+  const Program skip = dynamicGatherProgram(R, D, K, true, true);
+  std::vector<int32_t> rows = {1, -1, 10, 2};
+  void* ext2[3] = {table.data(), rows.data(), out.data()};
+  EXPECT_NO_THROW(skip.run(ext2));
 }

@@ -308,7 +308,7 @@ def _emit(op, engine, dst: View, srcs=(), mask=None, loc=None, oob_skip=False, *
     for s in srcs:
         if isinstance(s, View):
             s.verify(loc=loc)
-    return current().emit(op, engine, dst, srcs, loc=loc, **kw)
+    return current().emit(op, engine, dst, srcs, loc=loc, oob_skip=oob_skip, **kw)
 
 
 def _tile_shape(a: tuple, b: tuple) -> tuple:
@@ -329,6 +329,7 @@ def _bcast(v: View, shape: tuple) -> View:
     if v.shape == tuple(shape):
         return v
     if v.ndim < len(shape):
+        v.static_only("broadcasting")
         pad = len(shape) - v.ndim
         v = View(v.buf, v.offset, v.shape + (1,) * pad, v.strides + (0,) * pad, v.checks)
     return v.broadcast_to(shape)
@@ -485,6 +486,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> View:
     loc = user_location()
     if not isinstance(src, View) or src.ndim != 2:
         raise error("nl.load_transpose2d loads a 2-D tensor", "shape", loc)
+    src.static_only("nl.load_transpose2d", loc)
     out = _new_tile((src.shape[1], src.shape[0]), dtype or src.dtype, loc)
     t = View(
         src.buf,
@@ -963,6 +965,7 @@ def _matmul(stationary: View, moving: View, loc, mask=None) -> View:
 def _flatten_free(v: View, loc) -> View:
     if v.ndim == 2:
         return v
+    v.static_only("flattening", loc)
     if v.ndim == 1:
         return View(v.buf, v.offset, (v.shape[0], 1), (v.strides[0], 1), v.checks)
     # Merge the free dims when they are contiguous with each other.
@@ -1023,6 +1026,7 @@ def broadcast_to(src, *, shape=None, **kwargs) -> View:
 
 
 def expand_dims(data, axis) -> View:
+    data.static_only("nl.expand_dims")
     axis = axis if axis >= 0 else data.ndim + 1 + axis
     shape = data.shape[:axis] + (1,) + data.shape[axis:]
     strides = data.strides[:axis] + (0,) + data.strides[axis:]

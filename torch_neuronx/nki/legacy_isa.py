@@ -554,6 +554,10 @@ def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
         raise error(
             f"dma_copy: source has {src.size} elements, destination {dst.size}", "shape", loc
         )
+    if src.shape != dst.shape and src.dyn is not None and dst.dyn is None:
+        # A row read at run time into a tile of another shape (cache[idx, :]
+        # is [D], the tile [1, D]): the tile takes the row's shape.
+        dst = dst.reshape(src.shape)
     if src.shape != dst.shape:
         src = (
             nl._bcast(src, dst.shape)
@@ -578,6 +582,7 @@ def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs) -> View:
     loc = user_location()
+    src.static_only("nisa.dma_transpose", loc)
     src = nl._flatten_free(src, loc) if src.ndim != 2 else src
     out = nl._new_tile((src.shape[1], src.shape[0]), dtype or src.dtype, loc)
     t = View(src.buf, src.offset, (src.shape[1], src.shape[0]), (src.strides[1], src.strides[0]))

@@ -43,6 +43,9 @@ FLAG_OPERAND0_IMM = layout.FLAGS["operand0_imm"]
 FLAG_OPERAND1_IMM = layout.FLAGS["operand1_imm"]
 FLAG_NEGATE = layout.FLAGS["negate"]
 FLAG_INITIAL_TILE = layout.FLAGS["initial_tile"]
+FLAG_DYNAMIC_DST = layout.FLAGS["dynamic_dst"]
+FLAG_VECTOR_OFFSET = layout.FLAGS["vector_offset"]
+FLAG_OOB_SKIP = layout.FLAGS["oob_skip"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 # The kernel library is kernel code: its lines are the ones to report.
@@ -234,11 +237,20 @@ class Trace:
         keep=0,
         imm=(0.0, 0.0, 0.0, 0.0),
         loc=None,
+        oob_skip=False,
     ) -> int:
         loc = loc or user_location()
         for v in (dst, *srcs):
             if isinstance(v, View) and v.buf.pending_zero is not None:
                 self.flush_zero(v.buf)
+        if op != "dma_dynamic" and any(
+            isinstance(v, View) and v.dyn is not None for v in (dst, *srcs)
+        ):
+            # A DMA with a run-time index: the simulator's dynamic DMA.
+            srcs, flags, keep, imm = _dynamic_dma(op, engine, dst, srcs, flags, oob_skip, loc)
+            return self.emit(
+                "dma_dynamic", "dma", dst, srcs, flags=flags, keep=keep, imm=imm, loc=loc
+            )
         words = [OP[op], ENGINE[engine], alu0, alu1, act, flags, self.loc_id(loc), keep]
         words += access_words(dst, loc)
         srcs = list(srcs) + [None] * (3 - len(srcs))
@@ -396,14 +408,16 @@ class View:
     or result, or an SBUF/PSUM tile). Indexing gives views; arithmetic on
     tiles calls the ``nl`` functions."""
 
-    __slots__ = ("buf", "offset", "shape", "strides", "checks", "__weakref__")
+    __slots__ = ("buf", "offset", "shape", "strides", "checks", "dyn", "__weakref__")
 
-    def __init__(self, buf: Buf, offset: int, shape: tuple, strides: tuple, checks=()):
+    def __init__(self, buf: Buf, offset: int, shape: tuple, strides: tuple, checks=(), dyn=None):
         self.buf = buf
         self.offset = offset
         self.shape = tuple(shape)
         self.strides = tuple(strides)
         self.checks = tuple(checks)
+        # A run-time index (Dyn): the view is an operand of a dynamic DMA.
+        self.dyn = dyn
 
     # What kernels read ----------------------------------------------
     @property
@@ -461,9 +475,20 @@ class View:
 
     def alias(self, other: View) -> None:
         self.buf, self.offset, self.shape = other.buf, other.offset, other.shape
-        self.strides, self.checks = other.strides, other.checks
+        self.strides, self.checks, self.dyn = other.strides, other.checks, other.dyn
+
+    def static_only(self, what: str, loc=None) -> None:
+        """Raises if this view is indexed at run time: only a DMA moves one
+        (the other view builders would drop the run-time offset)."""
+        if self.dyn is not None:
+            raise _dynamic_index_error(
+                f"{what} of a tensor indexed at run time",
+                loc,
+                "move it with nl.load / nl.store / nisa.dma_copy as it is",
+            )
 
     def with_shape(self, shape, strides, offset=None) -> View:
+        self.static_only("reshaping")
         return View(
             self.buf, self.offset if offset is None else offset, shape, strides, self.checks
         )
@@ -472,6 +497,7 @@ class View:
         shape = tuple(shape)
         if self.shape == shape:
             return self
+        self.static_only("broadcasting")
         if self.buf.space != HBM and self.ndim < len(shape):
             # A tile's dims line up from the partition dim: a (P,) reduction
             # result broadcasts as (P, 1).
@@ -512,6 +538,7 @@ class View:
         shape = tuple(shape)
         if math.prod(shape) != self.size:
             raise error(f"cannot reshape {list(self.shape)} to {list(shape)}", "shape")
+        self.static_only("reshaping")
         acc, contiguous = 1, True
         for s, t in zip(reversed(self.shape), reversed(self.strides), strict=False):
             if s != 1 and t != acc:
@@ -526,15 +553,27 @@ class View:
         self.verify()
         return View(self.buf, self.offset, shape, tuple(reversed(strides)))
 
-    def ap(self, pattern, offset=0, **kwargs) -> View:
+    def ap(
+        self,
+        pattern,
+        offset=0,
+        scalar_offset=None,
+        vector_offset=None,
+        indirect_dim=0,
+        **kwargs,
+    ) -> View:
         """NKI's access pattern: ``t.ap(pattern=[[stride, num], ...], offset=k)``
         is the view of ``num`` elements ``stride`` apart per dimension
         (partition first), from element ``offset`` of this tensor, in
-        elements. Dynamic offsets (scalar_offset / vector_offset) are not
-        supported."""
+        elements. ``scalar_offset`` (a one-element SBUF tile) moves the
+        start by its value along dimension ``indirect_dim`` of this tensor;
+        ``vector_offset`` (an SBUF tile of one index per partition) does so
+        per partition, in place of the pattern's partition step: a DMA
+        gather or scatter of rows (NKI's access-pattern page)."""
         loc = user_location()
-        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
-            raise error("ap(): dynamic offsets are not supported by the simulator", "index", loc)
+        self.static_only("an access pattern (ap)", loc)
+        if scalar_offset is not None and vector_offset is not None:
+            raise error("ap(): give scalar_offset or vector_offset, not both", "index", loc)
         self.verify(loc=loc)
         shape = tuple(int(n) for _, n in pattern)
         strides = tuple(int(st) for st, _ in pattern)
@@ -548,7 +587,9 @@ class View:
                 "out-of-bounds",
                 loc,
             )
-        return v
+        if scalar_offset is None and vector_offset is None:
+            return v
+        return _ap_dynamic(self, v, scalar_offset, vector_offset, indirect_dim, loc)
 
     # Bounds ----------------------------------------------------------
     def verify(self, lo=None, hi=None, loc=None) -> None:
@@ -606,7 +647,8 @@ class View:
                     c.loc,
                 )
             )
-        return View(self.buf, off, shape, self.strides, checks)
+        dyn = self.dyn.sub(self.shape, lo, hi) if self.dyn is not None else None
+        return View(self.buf, off, shape, self.strides, checks, dyn)
 
     # Indexing --------------------------------------------------------
     def __getitem__(self, key) -> View:
@@ -797,14 +839,206 @@ class IndirectView:
         raise self.unsupported("writing through")
 
 
-def _dynamic_index_error(what: str, loc) -> NKIError:
+def _dynamic_index_error(what: str, loc, hint: str | None = None) -> NKIError:
     return error(
-        f"{what} is not supported yet: indices are static here (integers, slices, "
-        "nl.arange/nl.mgrid expressions, nl.ds with a constant start); for columns "
-        "chosen at run time use tensor indirection, t.indirect(index_tile, num_elem=n), "
-        "as the source of nisa.tensor_copy",
+        f"{what} is not supported yet: "
+        + (
+            hint
+            or "a tile of indices may index an HBM tensor that a DMA moves (nl.load, "
+            "nl.store, nisa.dma_copy): a one-element tile as an integer or as the start "
+            "of nl.ds, a [P, 1] tile as one row index per partition; for columns of an "
+            "on-chip tile chosen at run time use tensor indirection, "
+            "t.indirect(index_tile, num_elem=n), as the source of nisa.tensor_copy"
+        ),
         "index",
         loc,
+    )
+
+
+class Dyn:
+    """The run-time index of a view (NKI's dynamic and indirect DMA
+    indexing): the view's start moves by ``value * stride`` elements, the
+    value read from ``index`` when the DMA runs. Scalar: ``index`` is one
+    element (``cache[idx, ...]``, ``nl.ds(idx, n)``, ``ap(scalar_offset=)``).
+    Vector: ``index`` is a ``[P]`` access of one value per partition of the
+    view (``data[idx_tile[i_p, 0], i_f]``, ``ap(vector_offset=)``), a gather
+    when the view is read and a scatter when it is written.
+
+    The run-time check keeps ``value + lo >= 0`` and ``value + hi < limit``,
+    where lo..hi are the positions of dimension ``dim`` (size ``limit``) the
+    view reaches with the value 0: ``expr`` gives them over the view's
+    positions, or ``span`` when no affine expression does (``ap``)."""
+
+    __slots__ = ("index", "vector", "stride", "limit", "dim", "expr", "span")
+
+    def __init__(self, index, vector, stride, limit, dim, expr=None, span=None):
+        self.index = index
+        self.vector = vector
+        self.stride = int(stride)
+        self.limit = int(limit)
+        self.dim = int(dim)
+        self.expr = expr
+        self.span = span
+
+    def bounds(self, shape) -> tuple[int, int]:
+        if self.expr is not None:
+            return self.expr.bounds(tuple(shape))
+        return self.span
+
+    def sub(self, shape, lo, hi) -> Dyn:
+        """The index of the positions lo..hi of a view of ``shape``."""
+        expr = self.expr
+        if expr is not None:
+            e = expr.broadcast_to(tuple(shape))
+            sub_shape = tuple(h - a + 1 for a, h in zip(lo, hi, strict=False))
+            expr = Expr(
+                sub_shape, e.base + sum(k * a for k, a in zip(e.coef, lo, strict=False)), e.coef
+            )
+        index = self.index
+        if self.vector:
+            index = View(
+                index.buf,
+                index.offset + lo[0] * index.strides[0],
+                (hi[0] - lo[0] + 1,),
+                index.strides,
+            )
+        return Dyn(index, self.vector, self.stride, self.limit, self.dim, expr, self.span)
+
+
+def _index_tile(k, loc, what: str = "an index") -> View:
+    """A tile used as a run-time index: in SBUF, of an integer type (NKI's
+    indirect DMA takes int32 / uint32 indices from SBUF)."""
+    if isinstance(k, IndirectView):
+        raise _dynamic_index_error("indexing with a tensor indirection", loc)
+    if not isinstance(k, View):
+        raise error(
+            f"{what} read at run time must be an SBUF tile, got {type(k).__name__} "
+            "(registers are not supported yet: load the value into a [1, 1] tile)",
+            "index",
+            loc,
+        )
+    if k.buf.space != SBUF:
+        raise error(
+            f"{what} read at run time must be in SBUF, but it is in "
+            f"{SPACE_NAMES[k.buf.space].upper()} (load the indices with nl.load first: "
+            "indices have to be in SBUF)",
+            "index",
+            loc,
+        )
+    if k.dtype.is_float:
+        raise error(
+            f"{what} read at run time must be an integer tile (int32 or uint32), "
+            f"got {k.dtype.name}",
+            "dtype",
+            loc,
+        )
+    k.static_only("indexing with the value", loc)
+    k.verify(loc=loc)
+    return k
+
+
+def _vector_index(t: View, loc) -> View:
+    """A tile of one index per partition as a [P] access."""
+    if any(n != 1 for n in t.shape[1:]):
+        raise _dynamic_index_error(
+            f"a tile of indices of shape {list(t.shape)}",
+            loc,
+            "indirect DMA takes one index per partition, a [P, 1] tile (a row of the "
+            "tensor per partition of the tile moved)",
+        )
+    return View(t.buf, t.offset, (t.shape[0],), (t.strides[0],))
+
+
+def _dynamic_dma(op, engine, dst, srcs, flags, oob_skip, loc):
+    """The dma_dynamic record of a DMA whose destination or source has a
+    run-time index: (srcs, flags, keep, imm)."""
+    srcs = list(srcs)
+    if op != "copy" or engine != "dma":
+        what = "dst_rmw_op (a DMA that accumulates)" if engine == "dma" else f"{op}"
+        raise _dynamic_index_error(
+            f"{what} on a tensor indexed at run time",
+            loc,
+            "only a DMA copy (nl.load, nl.store, nisa.dma_copy without dst_rmw_op) "
+            "moves a tensor indexed at run time",
+        )
+    dynamic = [(side, v) for side, v in (("dst", dst), ("src", srcs[0])) if v.dyn is not None]
+    if len(dynamic) > 1:
+        raise _dynamic_index_error(
+            "a DMA indexed at run time on both sides",
+            loc,
+            "stage the data through an SBUF tile (one DMA in, one out)",
+        )
+    side, v = dynamic[0]
+    d = v.dyn
+    lo, hi = d.bounds(v.shape)
+    if d.vector and d.index.shape[0] != v.shape[0]:
+        raise error(
+            f"the tile of indices has {d.index.shape[0]} rows for a DMA of {v.shape[0]} partitions",
+            "shape",
+            loc,
+        )
+    flags |= FLAG_DYNAMIC_DST if side == "dst" else 0
+    flags |= FLAG_VECTOR_OFFSET if d.vector else 0
+    flags |= FLAG_OOB_SKIP if oob_skip else 0
+    imm = (float(d.stride), float(d.limit), float(lo), float(hi))
+    return [srcs[0], d.index], flags, d.dim, imm
+
+
+def _ap_dynamic(t: View, v: View, scalar_offset, vector_offset, dim, loc) -> View:
+    """``t.ap(..., scalar_offset=s | vector_offset=idx, indirect_dim=dim)``."""
+    dim = int(dim)
+    if t.buf.space != HBM:
+        raise _dynamic_index_error(
+            "ap() with a run-time offset on an on-chip tile",
+            loc,
+            "the run-time offset applies to an HBM tensor a DMA moves (tensor "
+            "indirection, t.indirect(...), selects columns of on-chip tiles)",
+        )
+    if not 0 <= dim < t.ndim:
+        raise error(f"ap(): indirect_dim={dim} for a tensor of rank {t.ndim}", "index", loc)
+    vector = vector_offset is not None
+    index = _index_tile(vector_offset if vector else scalar_offset, loc, "the offset")
+    stride, limit = t.strides[dim], t.shape[dim]
+    if vector:
+        index = _vector_index(index, loc)
+        if index.shape[0] != v.shape[0]:
+            raise error(
+                f"ap(vector_offset=...): {index.shape[0]} indices for a pattern of "
+                f"{v.shape[0]} partitions",
+                "shape",
+                loc,
+            )
+        # The index takes the place of the pattern's partition step.
+        v = View(v.buf, v.offset, v.shape, (0,) + v.strides[1:])
+    elif index.size != 1:
+        raise error(
+            f"ap(scalar_offset=...): the offset must be one value, got a tile of shape "
+            f"{list(index.shape)}",
+            "shape",
+            loc,
+        )
+    # Positions of dimension `dim` the static pattern reaches (row-major
+    # coordinates of its elements relative to the tensor's start).
+    import numpy as np
+
+    grid = np.zeros((1,), dtype=np.int64) + (v.offset - t.offset)
+    for n, st in zip(v.shape, v.strides, strict=False):
+        if n > 1 and st:
+            grid = (grid[:, None] + st * np.arange(n, dtype=np.int64)[None, :]).reshape(-1)
+            if grid.size > (1 << 20):  # too many to list: the whole dimension
+                grid = np.array([0, stride * (limit - 1)], dtype=np.int64)
+                break
+    coord = grid // max(stride, 1)
+    if dim > 0:
+        coord = coord % limit
+    lo, hi = int(coord.min()), int(coord.max())
+    return View(
+        v.buf,
+        v.offset,
+        v.shape,
+        v.strides,
+        (),
+        Dyn(index, vector, stride, limit, dim, span=(lo, hi)),
     )
 
 
@@ -822,9 +1056,62 @@ def _int_or_expr(x, loc=None):
         ) from e
 
 
+def _dynamic_components(v: View, key: tuple, loc):
+    """Replaces the tiles among the indices by static placeholders: (key, the
+    position of the run-time index, its tile, whether it is one index per
+    partition). A one-element tile is an integer read at run time (alone or
+    as the start of nl.ds); a [P, 1] tile gives one row per partition."""
+    found = None
+    out = []
+    for j, k in enumerate(key):
+        tile = None
+        if isinstance(k, DynSlice) and isinstance(k.start, (View, IndirectView)):
+            tile = _index_tile(k.start, loc, "the start of nl.ds")
+            if tile.size != 1:
+                raise error(
+                    f"nl.ds(start, {k.size}): a start read at run time is one value, got a "
+                    f"tile of shape {list(tile.shape)}",
+                    "index",
+                    loc,
+                )
+            k, vector = DynSlice(0, k.size, k.step), False
+        elif isinstance(k, (View, IndirectView)):
+            tile = _index_tile(k, loc)
+            vector = tile.size != 1
+            if vector:
+                tile = _vector_index(tile, loc)
+                # Static part 0, built from the partition axis of the grid.
+                n = tile.shape[0]
+                k = Expr(
+                    (n,) + (1,) * (k.ndim - 1), 0, (0,) * k.ndim, (True,) + (False,) * (k.ndim - 1)
+                )
+            else:
+                k = 0
+        if tile is not None:
+            if found is not None:
+                raise _dynamic_index_error(
+                    "more than one index read at run time in one access",
+                    loc,
+                    "one index of an access may come from a tile (NKI's DMA takes one "
+                    "dynamic offset per access)",
+                )
+            if v.buf.space != HBM:
+                raise _dynamic_index_error(
+                    "indexing an on-chip tile with a tile of indices",
+                    loc,
+                    "run-time indices select rows of an HBM tensor that a DMA moves; for "
+                    "columns of an on-chip tile use tensor indirection, "
+                    "t.indirect(index_tile, num_elem=n), as the source of nisa.tensor_copy",
+                )
+            found = (j, tile, vector)
+        out.append(k)
+    return tuple(out), found
+
+
 def index_view(v: View, key, loc) -> View:
     if v.checks:
         v.verify(loc=loc)
+    v.static_only("indexing again", loc)
     if not isinstance(key, tuple):
         key = (key,)
     if any(k is Ellipsis for k in key):
@@ -833,12 +1120,10 @@ def index_view(v: View, key, loc) -> View:
         key = key[:i] + (slice(None),) * fill + key[i + 1 :]
     if len(key) > v.ndim:
         raise error(f"too many indices ({len(key)}) for a tensor of rank {v.ndim}", "index", loc)
+    key, dynamic = _dynamic_components(v, key, loc)
     key = tuple(
         _int_or_expr(k, loc) if not isinstance(k, (slice, DynSlice, Expr)) else k for k in key
     )
-    for k in key:
-        if isinstance(k, DynSlice) and isinstance(k.start, (View, IndirectView)):
-            raise _dynamic_index_error("nl.ds with a start read from a tensor (a register)", loc)
     nk = len(key)
     advanced = any(isinstance(k, Expr) and k.ndim > 0 for k in key)
     # Each component as an affine expression over the result's positions.
@@ -884,7 +1169,12 @@ def index_view(v: View, key, loc) -> View:
                     shp[j] = k.shape[0]
                     coef = [0] * nk
                     coef[j] = k.coef[0]
-                    placed.append(Expr(tuple(shp), k.base, tuple(coef)))
+                    # A run-time index's placeholder keeps its axis (it
+                    # has no coefficient to show it).
+                    axes = None
+                    if dynamic is not None and dynamic[0] == j:
+                        axes = tuple(a == j for a in range(nk))
+                    placed.append(Expr(tuple(shp), k.base, tuple(coef), axes))
                 else:
                     placed.append(k)
             else:
@@ -908,12 +1198,44 @@ def index_view(v: View, key, loc) -> View:
     checks = []
     full = rshape + rest_shape
     pad = len(rest_shape)
+    dyn = None
     for j, e in enumerate(comps):
         offset += v.strides[j] * e.base
         for a, c in enumerate(e.coef):
             strides[a] += v.strides[j] * c
-        checks.append(Check(Expr(full, e.base, e.coef + (0,) * pad), v.shape[j], j, loc))
-    return View(v.buf, offset, full, tuple(strides) + tuple(rest_strides), checks)
+        coord = Expr(full, e.base, e.coef + (0,) * pad)
+        if dynamic is not None and dynamic[0] == j:
+            dyn = _index_dyn(v, j, e, coord, full, dynamic, loc)
+            continue
+        checks.append(Check(coord, v.shape[j], j, loc))
+    return View(v.buf, offset, full, tuple(strides) + tuple(rest_strides), checks, dyn)
+
+
+def _index_dyn(v: View, j: int, e: Expr, coord: Expr, full: tuple, dynamic, loc) -> Dyn:
+    """The run-time index of dimension j of ``v[...]``: ``coord`` is the
+    static part of its position (the value 0)."""
+    _, tile, vector = dynamic
+    if vector:
+        # One row per partition: the index must vary along the tile's
+        # partition axis (the first of the result).
+        axis = [a for a, used in enumerate(e.axes) if used]
+        if axis != [0] or full[0] != tile.shape[0]:
+            raise _dynamic_index_error(
+                "a tile of indices that does not run along the partition axis of the result",
+                loc,
+                "one index per partition: data[idx_tile[i_p, 0], i_f] with i_p the "
+                "partition index (nl.arange(P)[:, None])",
+            )
+    lo, hi = coord.bounds(full)
+    if lo < 0 or hi >= v.shape[j]:
+        raise error(
+            f"index out of bounds: dimension {j} of {v.buf.describe(current())} has size "
+            f"{v.shape[j]}, and the access reaches {hi - lo + 1} positions from its "
+            "run-time start",
+            "out-of-bounds",
+            loc,
+        )
+    return Dyn(tile, vector, v.strides[j], v.shape[j], j, expr=coord)
 
 
 def _slice_start_step(k, n):

@@ -1,6 +1,7 @@
 #include "neuron_runtime/nki/cost_model.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "neuron_runtime/nki/operands.h"
@@ -173,12 +174,23 @@ double instructionCost(const Program& prog, const Instruction& in,
       int64_t rows_src = 1, rows_dst = 1;
       const int64_t bytes = std::max(dmaBytes(prog, in.src[0], rows_src),
                                      dmaBytes(prog, in.dst, rows_dst));
-      const int64_t rows = std::max<int64_t>({rows_src, rows_dst, 1});
+      int64_t rows = std::max<int64_t>({rows_src, rows_dst, 1});
+      double dynamic_ns = 0;
+      if (in.op == Op::kDmaDynamic) {
+        dynamic_ns = p.dma_dynamic_index_cycles / p.gpsimd_ghz;
+        if (in.flags & kFlagVectorOffset) {
+          // At least one transfer per index row, and its descriptor.
+          const int64_t index_rows = std::max<int64_t>(in.dst.size[0], 1);
+          rows = std::max(rows, index_rows);
+          dynamic_ns += static_cast<double>(index_rows) *
+                        p.dma_descriptor_cycles / p.gpsimd_ghz;
+        }
+      }
       const int64_t row_bytes = bytes / rows;
       const double effective =
           static_cast<double>(rows) *
           static_cast<double>(std::max(row_bytes, p.dma_efficient_row_bytes));
-      return p.dma_issue_ns +
+      return p.dma_issue_ns + dynamic_ns +
              effective / (p.hbm_bytes_per_ns * p.dma_efficiency);
     }
     case Engine::kTensor: {
@@ -248,18 +260,26 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
     // and written by earlier instructions. (An accumulating matmul's read of
     // its destination waits on the destination's writes, as its write does.)
     const OperandRoles roles = operandRoles(in);
+    // The side of a dynamic DMA its index moves may touch any row of its
+    // buffer: it depends on (and is depended on by) the whole buffer.
+    const bool dynamic = in.op == Op::kDmaDynamic;
+    const bool dyn_dst = dynamic && (in.flags & kFlagDynamicDst);
+    const bool dyn_src = dynamic && !dyn_dst;
+    auto box = [&](const Access& a, bool whole) {
+      return whole ? Box{0, INT64_MAX / 4, 0, INT64_MAX / 4} : boxOf(prog, a);
+    };
     double ready = 0;
-    auto reads = [&](const Access& a) {
+    auto reads = [&](const Access& a, bool whole) {
       if (a.buffer < 0 || a.count() == 0) return;
       ready =
-          std::max(ready, readyAfter(history[a.buffer].writes, boxOf(prog, a)));
+          std::max(ready, readyAfter(history[a.buffer].writes, box(a, whole)));
     };
     for (int s = 0; s < 3; ++s)
-      if (roles.reads[s]) reads(in.src[s]);
+      if (roles.reads[s]) reads(in.src[s], s == 0 && dyn_src);
     Box dst_box{0, 0, 0, 0};
     const bool has_dst = in.dst.buffer >= 0 && in.dst.count() > 0;
     if (has_dst) {
-      dst_box = boxOf(prog, in.dst);
+      dst_box = box(in.dst, dyn_dst);
       const History& h = history[in.dst.buffer];
       ready = std::max(
           {ready, readyAfter(h.writes, dst_box), readyAfter(h.reads, dst_box)});
@@ -289,7 +309,7 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
     for (int s = 0; s < 3; ++s) {
       const Access& a = in.src[s];
       if (roles.reads[s] && a.buffer >= 0 && a.count() > 0)
-        record(history[a.buffer].reads, boxOf(prog, a), finish);
+        record(history[a.buffer].reads, box(a, s == 0 && dyn_src), finish);
     }
     if (has_dst) record(history[in.dst.buffer].writes, dst_box, finish);
   }

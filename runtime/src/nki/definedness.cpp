@@ -226,6 +226,42 @@ class DefinednessPass {
         }
         break;
       }
+      case Op::kDmaDynamic: {
+        // Which rows move is known only at run time. The index must be
+        // defined; the dynamic side counts as its static rows: a gather's
+        // source as defined (it is usually a kernel argument) and a
+        // scatter's destination as not (re)defined, so that no valid kernel
+        // is refused for rows the check cannot know.
+        const bool dyn_dst = in.flags & kFlagDynamicDst;
+        uint8_t idx_ok = 1;
+        const Access& idx = in.src[1];
+        const Access* one[1] = {&idx};
+        forEachRow(idx, one, 1, [&](const int64_t* off, int64_t n) {
+          uint8_t* acc = row(0, n);
+          std::fill(acc, acc + n, 1);
+          andRow(idx, off[0], n, acc, from, i, in.loc);
+          for (int64_t k = 0; k < n; ++k) idx_ok &= acc[k];
+        });
+        any_undefined |= !idx_ok;
+        if (dyn_dst) {
+          // The scattered values must be defined: they reach the memory.
+          const Access* src[1] = {&in.src[0]};
+          forEachRow(in.src[0], src, 1, [&](const int64_t* off, int64_t n) {
+            uint8_t* acc = row(0, n);
+            std::fill(acc, acc + n, 1);
+            andRow(in.src[0], off[0], n, acc, from, i, in.loc);
+            for (int64_t k = 0; k < n; ++k) any_undefined |= !acc[k];
+          });
+        } else {
+          const Access* dd[1] = {&in.dst};
+          forEachRow(in.dst, dd, 1, [&](const int64_t* off, int64_t n) {
+            uint8_t* out = row(1, n);
+            std::fill(out, out + n, idx_ok);
+            writeRow(in.dst, off[0], n, out);
+          });
+        }
+        break;
+      }
       case Op::kTranspose: {
         Access t = in.src[0];
         std::swap(t.size[0], t.size[1]);

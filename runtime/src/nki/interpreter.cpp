@@ -88,6 +88,8 @@ class Interpreter {
         return scan(in);
       case Op::kGather:
         return gather(in);
+      case Op::kDmaDynamic:
+        return dmaDynamic(in);
       default:
         return elementwise(in);
     }
@@ -393,6 +395,81 @@ class Interpreter {
         storeRow(dtypeOf(dst), address(dst, dst.offset + p * dst.stride[0]),
                  dst.stride[1], N, out);
       }
+    }
+  }
+
+  // A DMA at an offset read at run time. The index is checked against the
+  // indexed dimension (not only the buffer), so that an index past the end
+  // of a row never wraps silently into the next one.
+  void dmaDynamic(const Instruction& in) {
+    const bool dyn_dst = in.flags & kFlagDynamicDst;
+    const bool vector = in.flags & kFlagVectorOffset;
+    const bool skip = in.flags & kFlagOobSkip;
+    const Access& idx = in.src[1];
+    const int64_t stride = static_cast<int64_t>(in.imm[0]);
+    const int64_t limit = static_cast<int64_t>(in.imm[1]);
+    const int64_t lo = static_cast<int64_t>(in.imm[2]);
+    const int64_t hi = static_cast<int64_t>(in.imm[3]);
+    const int64_t rows = vector ? in.dst.size[0] : 1;
+    // Index values are integers (int32 / uint32 tiles): read exactly, not
+    // through the fp32 datapath (which rounds past 2^24).
+    auto indexAt = [&](int64_t r) -> int64_t {
+      const char* p =
+          address(idx, idx.offset + r * (vector ? idx.stride[0] : 0));
+      switch (dtypeOf(idx)) {
+        case DType::kI32: {
+          int32_t v;
+          std::memcpy(&v, p, sizeof v);
+          return v;
+        }
+        case DType::kU32: {
+          uint32_t v;
+          std::memcpy(&v, p, sizeof v);
+          return v;
+        }
+        default: {
+          float v;
+          loadRow(dtypeOf(idx), p, 1, 1, &v);
+          return static_cast<int64_t>(v);
+        }
+      }
+    };
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t v = indexAt(r);
+      if (v + lo < 0 || v + hi >= limit) {
+        if (skip) continue;
+        std::string what =
+            "dynamic DMA: the index " + std::to_string(v) + " read at run time";
+        if (vector) what += " (index tile row " + std::to_string(r) + ")";
+        what += " selects positions " + std::to_string(v + lo) + ".." +
+                std::to_string(v + hi) + " of dimension " +
+                std::to_string(in.keep) + " of the " +
+                (dyn_dst ? "destination" : "source") + ", which has size " +
+                std::to_string(limit) + " (index out of bounds)";
+        throw ProgramError(in.loc, index_, what);
+      }
+      Access d = in.dst, s = in.src[0];
+      Access& moved = dyn_dst ? d : s;
+      moved.offset += v * stride;
+      if (vector) {  // this partition's row of both sides
+        for (Access* a : {&d, &s}) {
+          a->offset += r * a->stride[0];
+          a->size[0] = 1;
+        }
+      }
+      // Memory safety whatever the index arithmetic: the moved access
+      // stays inside its buffer (the dimension check above implies it).
+      int64_t first = moved.offset, last = moved.offset;
+      for (int k = 0; k < moved.ndim; ++k) {
+        const int64_t span = moved.stride[k] * (moved.size[k] - 1);
+        (span < 0 ? first : last) += span;
+      }
+      if (moved.count() > 0 &&
+          (first < 0 || last >= p_.buffers_[moved.buffer].elements))
+        throw ProgramError(in.loc, index_,
+                           "dynamic DMA: the index " + std::to_string(v) +
+                               " moves the access outside its tensor");
+      copy(d, s);
     }
   }
 

@@ -14,7 +14,8 @@ OperandRoles operandRoles(const Instruction& in) {
       r.reads[0] = true;
       break;
     case Op::kTensorTensor:
-    case Op::kGather:  // the data tile and the index tile
+    case Op::kGather:      // the data tile and the index tile
+    case Op::kDmaDynamic:  // the data and the index
       r.reads[0] = r.reads[1] = true;
       break;
     case Op::kScan:

@@ -34,7 +34,8 @@ const char* opName(Op op) {
                                 "bn_aggr",
                                 "tensor_tensor_scan",
                                 "nc_transpose",
-                                "tensor indirection"};
+                                "tensor indirection",
+                                "dynamic DMA"};
   const int k = static_cast<int>(op);
   return k < kOps ? names[k] : "?";
 }
@@ -196,6 +197,24 @@ void Program::checkStructure() const {
         if (idx.size[1] * kIndirectionGroup < d.size[1])
           fail("the index tile " + shapeString(idx) + " holds fewer than the " +
                std::to_string(d.size[1]) + " offsets per group");
+        break;
+      }
+      case Op::kDmaDynamic: {
+        const Access &d = in.dst, &data = in.src[0], &idx = in.src[1];
+        if (in.engine != Engine::kDma) fail("runs on the DMA engine only");
+        if (!sameShape(data, d))
+          fail("operand shape " + shapeString(data) +
+               " does not match the destination " + shapeString(d));
+        if (in.flags & kFlagVectorOffset) {
+          if (d.ndim < 1 || idx.ndim != 1 || idx.size[0] != d.size[0])
+            fail("the index " + shapeString(idx) +
+                 " is not one value per partition of " + shapeString(d));
+        } else if (idx.count() != 1) {
+          fail("the index " + shapeString(idx) + " is not one value");
+        }
+        if (!(in.imm[1] >= 1) || in.imm[2] > in.imm[3] || in.imm[2] < 0 ||
+            in.imm[3] >= in.imm[1])
+          fail("malformed index range");
         break;
       }
       default:

@@ -27,10 +27,11 @@ const AccessField kAccessFieldLayout[kAccessFields] = {
 };
 
 const FlagName kFlagNameTable[kFlagNames] = {
-    {"accumulate", kFlagAccumulate},    {"reverse0", kFlagReverse0},
-    {"reverse1", kFlagReverse1},        {"operand0_imm", kFlagOperand0Imm},
-    {"operand1_imm", kFlagOperand1Imm}, {"negate", kFlagNegate},
-    {"initial_tile", kFlagInitialTile},
+    {"accumulate", kFlagAccumulate},      {"reverse0", kFlagReverse0},
+    {"reverse1", kFlagReverse1},          {"operand0_imm", kFlagOperand0Imm},
+    {"operand1_imm", kFlagOperand1Imm},   {"negate", kFlagNegate},
+    {"initial_tile", kFlagInitialTile},   {"dynamic_dst", kFlagDynamicDst},
+    {"vector_offset", kFlagVectorOffset}, {"oob_skip", kFlagOobSkip},
 };
 
 const char* opRecordName(Op op) {
@@ -38,7 +39,7 @@ const char* opRecordName(Op op) {
       "copy",   "tensor_tensor", "tensor_scalar", "activation",
       "reduce", "matmul",        "iota",          "memset",
       "select", "affine_select", "bn_stats",      "bn_aggr",
-      "scan",   "transpose",     "gather"};
+      "scan",   "transpose",     "gather",        "dma_dynamic"};
   const int k = static_cast<int>(op);
   return k < kOps ? names[k] : "?";
 }

@@ -37,6 +37,15 @@ struct CostParameters {
   // Rows shorter than this move at the rate of a row this long (DMA
   // descriptors are most efficient from 512 contiguous bytes).
   int64_t dma_efficient_row_bytes = 512;
+  // A DMA at an offset read at run time first reads its index from SBUF:
+  // ~140 GpSimd cycles (the figure NKI documents for reading the dynamic
+  // offsets of tensor_copy_dynamic_src into an engine).
+  double dma_dynamic_index_cycles = 140;
+  // An indirect DMA (a gather or a scatter of rows) is descriptor-driven:
+  // the GpSimd engine writes one descriptor per row (software DGE) and each
+  // row is its own transfer. NKI publishes no per-descriptor figure; this
+  // assumes one minimum instruction interval (MIN_II, 64 cycles) each.
+  double dma_descriptor_cycles = 64;
   double min_ii_cycles = 64;
   double gpsimd_fixed_cycles = 150;
 };

@@ -98,8 +98,20 @@ enum class Op : uint8_t {
   // at partition g, offset(p, i) = src1[g + i % 16, i / 16]. An offset
   // outside [0, C) is a ProgramError raised by run().
   kGather = 14,
+  // A DMA whose source (or destination, with kFlagDynamicDst) starts at an
+  // element offset read at run time: dst = src0, with the dynamic side's
+  // offset moved by index * imm[0] elements. src1 is the index: one value
+  // (kFlagVectorOffset clear: a register-like scalar, NKI's dynamic slice
+  // start) or one value per partition of the dynamic side ([P] access,
+  // kFlagVectorOffset: NKI's indirect DMA, a gather or a scatter of rows).
+  // imm[1] is the size of the indexed dimension, imm[2] / imm[3] the lowest
+  // and highest position of it the static access reaches relative to the
+  // index, and `keep` the dimension's number (for messages). An index with
+  // index + imm[2] < 0 or index + imm[3] >= imm[1] is a ProgramError raised
+  // by run() (a skipped row or transfer with kFlagOobSkip).
+  kDmaDynamic = 15,
 };
-constexpr int kOps = static_cast<int>(Op::kGather) + 1;
+constexpr int kOps = static_cast<int>(Op::kDmaDynamic) + 1;
 // Partitions that share the offsets of a tensor indirection.
 constexpr int64_t kIndirectionGroup = 16;
 
@@ -174,6 +186,9 @@ constexpr uint32_t kFlagOperand0Imm = 8;  // tensor_scalar s0 / activation scale
 constexpr uint32_t kFlagOperand1Imm = 16;  // tensor_scalar s1 / activation bias
 constexpr uint32_t kFlagNegate = 32;       // reduce: negate the result
 constexpr uint32_t kFlagInitialTile = 64;  // scan: initial values in src2
+constexpr uint32_t kFlagDynamicDst = 128;  // dma_dynamic: the index moves dst
+constexpr uint32_t kFlagVectorOffset = 256;  // dma_dynamic: one per partition
+constexpr uint32_t kFlagOobSkip = 512;       // dma_dynamic: skip, do not fail
 
 struct Instruction {
   Op op = Op::kCopy;
@@ -224,7 +239,8 @@ class Program {
   // Executes over the external buffers' addresses (externals() of them),
   // on the calling thread. Thread-safe: each call uses its own scratch.
   // Throws ProgramError for what only the data decides (a tensor
-  // indirection offset out of range); the instructions before it ran.
+  // indirection offset or a dynamic DMA index out of range); the
+  // instructions before it ran.
   void run(void* const* external_addresses) const;
 
   const Profile& profile() const { return profile_; }

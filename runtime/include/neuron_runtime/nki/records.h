@@ -82,7 +82,7 @@ struct FlagName {
   const char* name;
   uint32_t flag;
 };
-constexpr int kFlagNames = 7;
+constexpr int kFlagNames = 10;
 extern const FlagName kFlagNameTable[kFlagNames];
 
 // Builds (and so checks: Program's constructor) a Program from records.
