@@ -1,11 +1,11 @@
-"""Random numbers on neuron: per-device counter-based generators, their state, and
-the random ops that draw from them (issue: RNG).
+"""Random numbers on neuron: per-device generators, their state, and the random ops
+that draw from them (issue: RNG).
 
-The neuron generator is (seed, offset); each random op claims the pair on the host
-when it is launched and advances the offset by 4, so values depend only on the seed
-and on the number of random ops before, never on timing, other streams or
-NEURON_LAUNCH_BLOCKING. Values are not CPU's (a different generator), so the tests
-compare runs on neuron with each other and check distributions, not CPU equality.
+Each device's generator is the CPU's (mt19937) and its random ops draw on the host
+when they are called, so values depend only on the seed and on the draws before,
+never on timing, other streams or NEURON_LAUNCH_BLOCKING. The state is 16 bytes,
+(seed, offset): the offset counts the 32-bit words drawn since seeding. Equality
+with the CPU's numbers is tested in test_rng_cpu_equal.py.
 """
 
 from __future__ import annotations
@@ -106,16 +106,18 @@ def test_distributions_are_right():
     assert abs(draws.float().mean() - 0.75) < 0.01
 
 
-def test_state_is_16_bytes_seed_then_offset_advancing_by_4():
+def test_state_is_16_bytes_seed_then_offset_counting_words_drawn():
     torch.neuron.manual_seed(1234)
     s = torch.neuron.get_rng_state()
     assert s.dtype == torch.uint8 and s.shape == (16,) and s.device.type == "cpu"
     assert _state() == (1234, 0)
-    torch.rand(3, device=D)
+    torch.rand(3, device=D)  # float32 uniform: one 32-bit word per element
+    assert _state() == (1234, 3)
+    torch.rand(5, device=D, dtype=torch.float64)  # float64: two words each
+    assert _state() == (1234, 13)
     torch.randn(1000, device=D)
     seed, offset = _state()
-    assert seed == 1234 and offset == 8
-    assert offset % 4 == 0
+    assert seed == 1234 and offset > 13 + 1000
 
 
 def test_set_rng_state_replays_values():
@@ -206,12 +208,14 @@ def test_generator_object_on_neuron():
 
 def test_generator_offset_api():
     g = torch.Generator(device="neuron").manual_seed(1)
-    torch.rand(4, device=D, generator=g)
-    assert g.get_offset() == 4
-    g.set_offset(40)
-    assert g.get_offset() == 40
-    with pytest.raises(RuntimeError, match="multiple of 4"):
-        g.set_offset(3)
+    whole = torch.rand(64, device=D, generator=g).cpu()
+    assert g.get_offset() == 64
+    # An offset is a position in the seed's stream: drawing at offset k gives
+    # the numbers from the k-th word on (DTensor draws a shard this way).
+    for k in (40, 3, 0):
+        g.set_offset(k)
+        assert g.get_offset() == k
+        assert torch.equal(torch.rand(64 - k, device=D, generator=g).cpu(), whole[k:])
 
 
 def test_cpu_generator_for_a_neuron_op_is_rejected_like_cuda():
@@ -239,11 +243,13 @@ def test_bad_rng_state_is_a_clear_error(bad, exc, match):
     assert torch.equal(before, torch.neuron.get_rng_state())  # nothing changed
 
 
-def test_offset_not_a_multiple_of_4_is_rejected():
-    state = torch.neuron.get_rng_state()
-    state[8:].view(torch.int64).fill_(6)
-    with pytest.raises(RuntimeError, match="multiple of 4"):
+def test_negative_offset_is_rejected():
+    before = torch.neuron.get_rng_state()
+    state = before.clone()
+    state[8:].view(torch.int64).fill_(-8)
+    with pytest.raises(RuntimeError, match="offset -8 is negative"):
         torch.neuron.set_rng_state(state)
+    assert torch.equal(torch.neuron.get_rng_state(), before)
     g = torch.Generator(device="neuron")
     with pytest.raises(RuntimeError, match="16 bytes"):
         g.set_state(torch.zeros(8, dtype=torch.uint8))

@@ -57,15 +57,15 @@ def test_bad_states_change_nothing():
     before = torch.neuron.get_rng_state()
     all_before = torch.neuron.get_rng_state_all()
     bad_offset = before.clone()
-    bad_offset[8] = 3  # offset 3: not a multiple of the counter width
-    with pytest.raises(RuntimeError, match="offset 3 is not a non-negative multiple of 4"):
+    bad_offset[8:].view(torch.int64).fill_(-3)  # a negative offset
+    with pytest.raises(RuntimeError, match="offset -3 is negative"):
         torch.neuron.set_rng_state(bad_offset)
     with pytest.raises(ValueError, match="must have 16 bytes"):
         torch.neuron.set_rng_state(torch.zeros(8, dtype=torch.uint8))
     with pytest.raises(TypeError, match="uint8"):
         torch.neuron.set_rng_state(torch.zeros(16))
     n = torch.neuron.device_count()
-    with pytest.raises(RuntimeError, match="offset 3"):
+    with pytest.raises(RuntimeError, match="offset -3"):
         torch.neuron.set_rng_state_all(
             [torch.zeros(16, dtype=torch.uint8)] * (n - 1) + [bad_offset]
         )
@@ -123,8 +123,12 @@ class NeuronDTensorRandomTest(DTensorTestBase):
         dt.uniform_(0, 1)
         full = dt.full_tensor()
         self.assertEqual(full.shape, (8, 4))
-        # The shards draw different numbers (offsets advance per shard).
+        # The shards draw different numbers (offsets advance per shard): each
+        # its part of the CPU's draw for the whole tensor (the offset counts
+        # the generator's words, one per float32 uniform).
         self.assertNotEqual(full[:4], full[4:])
+        torch.manual_seed(0)
+        self.assertEqual(full.cpu(), torch.zeros(8, 4).uniform_(0, 1), atol=0, rtol=0)
         self.assertTrue(bool(((full >= 0) & (full < 1)).all()))
         rep = distribute_tensor(torch.zeros(4, device=self.device_type), mesh, [Replicate()])
         rep.normal_()

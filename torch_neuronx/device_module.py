@@ -161,6 +161,12 @@ _INDUCTOR_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen")
 
 
 def __getattr__(name: str):
+    if name == "_initialized":
+        # torch.cuda._initialized: torch.utils.checkpoint saves and restores the
+        # device's RNG state only when the device module says it is initialized
+        # (getattr(device_module, "_initialized", False)); without it, a
+        # checkpointed region's recomputation drew other dropout masks.
+        return is_initialized()
     if name == "default_generators":
         # torch.cuda.default_generators: a tuple of torch.Generator, built on
         # first use (the devices are known only once the runtime is up).

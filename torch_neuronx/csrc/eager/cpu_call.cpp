@@ -4,7 +4,6 @@
 
 #include <optional>
 
-#include "core/generator.h"
 #include "eager/ivalue_tensors.h"
 #include "eager/op_args.h"
 
@@ -16,14 +15,6 @@ using c10::IValue;
 const at::Tensor& placeholder() {
   static const at::Tensor p = at::empty({0});
   return p;
-}
-
-// A CPU generator for this launch, drawn from the neuron generator (or the
-// device's default one), so random ops are reproducible per seed.
-IValue cpuGenerator(const IValue& v, c10::DeviceIndex device) {
-  std::optional<at::Generator> gen;
-  if (v.isGenerator()) gen = v.toGenerator();
-  return IValue(launchGenerator(gen, device));
 }
 
 }  // namespace
@@ -54,8 +45,8 @@ torch::jit::Stack CpuCall::run(const AliasPlan::Built& built,
 }
 
 void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
-                  const c10::FunctionSchema& schema, c10::DeviceIndex device,
-                  bool fresh_out_args, const OpTraits& traits) {
+                  const c10::FunctionSchema& schema, bool fresh_out_args,
+                  const OpTraits& traits, const at::Generator* cpu_generator) {
   call.args.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const IValue& v = args[i];
@@ -65,7 +56,9 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
                                     ? type->containedType(0)
                                     : type;
     if (inner->kind() == c10::TypeKind::GeneratorType) {
-      call.args.push_back(cpuGenerator(v, device));
+      TORCH_INTERNAL_ASSERT(cpu_generator, traits.name,
+                            ": a random op outside a RandomDraw");
+      call.args.push_back(IValue(*cpu_generator));
       continue;
     }
     if (fresh_out_args && traits.arg_is_out[i] && v.isTensor()) {

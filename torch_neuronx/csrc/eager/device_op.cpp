@@ -22,6 +22,7 @@
 #include "eager/op_args.h"
 #include "eager/op_stats.h"
 #include "eager/op_traits.h"
+#include "eager/random_op.h"
 #include "eager/run_on_device.h"
 #include "eager/synchronous_op.h"
 #include "profiler/op_cost.h"
@@ -136,7 +137,10 @@ bool metaFromMetaKernel(const c10::OperatorHandle& op, OpTraits& traits,
   for (size_t i = 0; i < nret; ++i) {
     std::vector<TensorMeta> r;
     forEachTensor(meta_stack[i], [&](const at::Tensor& t) {
-      if (t.defined()) checkStridedResult(traits, t.layout());
+      if (t.defined()) {
+        checkStridedResult(traits, t.layout());
+        checkUnquantizedResult(traits, t.scalar_type());
+      }
       r.push_back(describe(t, meta_inputs));
     });
     out.returns.push_back(std::move(r));
@@ -219,7 +223,7 @@ void enqueueCpuKernel(const c10::OperatorHandle& op, const OpTraits& traits,
                       const PlannedResults& planned, c10::DeviceIndex device,
                       const FailureSlot& failure) {
   auto call = std::make_shared<CpuCall>(op);
-  buildCpuArgs(*call, args, op.schema(), device, /*fresh_out_args=*/false,
+  buildCpuArgs(*call, args, op.schema(), /*fresh_out_args=*/false,
                traits);
   // The fresh results' device tensors, recorded after the arguments.
   auto targets = std::make_shared<std::vector<std::pair<int, IValue>>>();
@@ -269,6 +273,10 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   if (widen) {
     std::copy(args.begin(), args.end(), stack->end() - nargs);
     runWidened(op, traits.widen_mask, stack);
+    return;
+  }
+  if (traits.draws_random) {
+    runRandomOp(op, traits, stack, std::move(args), device);
     return;
   }
   if (traits.meta_missing || traits.meta_differs ||

@@ -17,34 +17,15 @@ namespace torch_neuronx {
 
 using c10::IValue;
 
-void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
-                      torch::jit::Stack* stack, std::vector<IValue> args,
-                      c10::DeviceIndex device) {
-  const auto& schema = op.schema();
-  auto call = std::make_shared<CpuCall>(op);
-  buildCpuArgs(*call, args, schema, device, /*fresh_out_args=*/true, traits);
-  // The host waits anyway: an error of the kernel is raised here, as the
-  // exception the kernel threw (IndexError, ValueError, ...), not as a device
-  // error at a later sync — and the stream is not poisoned by it. Its
-  // warnings are raised here too.
-  auto result = std::make_shared<ValidationResult>();
-  auto returned = std::make_shared<torch::jit::Stack>();
-  if (profiler::recordingItems())
-    profiler::noteEagerItem(traits.name.c_str(), call->plan);
-  launch(device, traits.name.c_str(), [call, result, returned] {
-    runOnDeviceInto(result, [&] {
-      size_t next = 0;
-      *returned = call->run(call->plan.build(), next);
-    });
-  });
-  synchronizeStream(currentStream(device));
-  raiseAtCall(*result);
-  torch::jit::Stack& results = *returned;
+std::vector<IValue> placeCpuResults(const c10::FunctionSchema& schema,
+                                    const OpTraits& traits,
+                                    const std::vector<IValue>& args,
+                                    const torch::jit::Stack& results,
+                                    c10::DeviceIndex device,
+                                    bool copy_written) {
   const size_t nret = schema.returns().size();
   TORCH_INTERNAL_ASSERT(results.size() == nret);
-
-  // Device outputs for fresh CPU results, filled by a copy item: the plan
-  // holds (device output, CPU result) pairs.
+  // The plan holds (device output, CPU result) pairs.
   auto copies = std::make_shared<AliasPlan>();
   size_t num_copies = 0;
   for (size_t i = 0; i < nret; ++i)
@@ -69,12 +50,11 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   };
   std::vector<IValue> outs;
   for (size_t i = 0; i < nret; ++i) {
-    IValue r = results[i];
+    const IValue& r = results[i];
     int a = traits.alias_arg[i];
     if (a >= 0 && r.isTensor()) {
       at::Tensor dst = args[a].toTensor();
-      if (traits.arg_is_out[a]) {
-        // out= argument: it got a fresh CPU tensor; size and fill the real one.
+      if (traits.arg_is_out[a] || (copy_written && traits.alias_write[i])) {
         at::Tensor cpu = r.toTensor();
         if (dst.sizes() != cpu.sizes()) {
           dst.resize_(cpu.sizes());
@@ -98,6 +78,36 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
       for (size_t i = 0; i < num_copies; ++i) t[2 * i].copy_(t[2 * i + 1]);
     });
   }
+  return outs;
+}
+
+void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
+                      torch::jit::Stack* stack, std::vector<IValue> args,
+                      c10::DeviceIndex device,
+                      const at::Generator* cpu_generator) {
+  const auto& schema = op.schema();
+  auto call = std::make_shared<CpuCall>(op);
+  buildCpuArgs(*call, args, schema, /*fresh_out_args=*/true, traits,
+               cpu_generator);
+  // The host waits anyway: an error of the kernel is raised here, as the
+  // exception the kernel threw (IndexError, ValueError, ...), not as a device
+  // error at a later sync — and the stream is not poisoned by it. Its
+  // warnings are raised here too.
+  auto result = std::make_shared<ValidationResult>();
+  auto returned = std::make_shared<torch::jit::Stack>();
+  if (profiler::recordingItems())
+    profiler::noteEagerItem(traits.name.c_str(), call->plan);
+  launch(device, traits.name.c_str(), [call, result, returned] {
+    runOnDeviceInto(result, [&] {
+      size_t next = 0;
+      *returned = call->run(call->plan.build(), next);
+    });
+  });
+  synchronizeStream(currentStream(device));
+  raiseAtCall(*result);
+  // In-place results were written into device memory by the kernel itself.
+  std::vector<IValue> outs = placeCpuResults(schema, traits, args, *returned,
+                                             device, /*copy_written=*/false);
   torch::jit::drop(*stack, args.size());
   for (auto& o : outs) stack->push_back(std::move(o));
 }

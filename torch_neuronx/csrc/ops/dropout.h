@@ -1,9 +1,13 @@
-// Dropout on the device, drawing its mask from the neuron generator.
+// Dropout on neuron, as the CPU computes it, so that a seeded run draws the
+// CPU's masks and computes the CPU's outputs and gradients bitwise.
 //
-// ATen's dropout takes the fused native_dropout path for PrivateUse1 inputs;
-// the CPU kernel of native_dropout would draw from the CPU default generator,
-// so neuron seeds would not reproduce it. This kernel claims the neuron
-// generator's (seed, offset) at launch, like every other random op.
+// ATen's dropout sends PrivateUse1 inputs to the fused native_dropout (as
+// CUDA's); the CPU computes F.dropout as noise = bernoulli_(1 - p) / (1 - p),
+// input * noise, with autograd through those ops. `dropout` is registered for
+// neuron (its autograd and backend keys) as that composite: its bernoulli_
+// draws from the device's CPU generator (eager/random_op.h), its arithmetic
+// and backward are the CPU's kernels. Under torch.compile the same ops are
+// traced (the random one stays an eager call: Inductor's fallback_random).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,8 +17,13 @@
 
 namespace torch_neuronx {
 
-// aten::native_dropout: (output, bool mask), CUDA's semantics: train=false
-// returns a copy and an all-true mask, p == 1 zeros and an all-false mask.
+// aten::dropout: the CPU's dropout (not the fused one).
+at::Tensor dropoutOp(const at::Tensor& input, double p, bool train);
+
+// aten::native_dropout: (output, bool mask), called directly or by a
+// decomposition: the CPU's kernel (mask = bernoulli_(1 - p), output = input *
+// mask * (1 / (1 - p))), with CUDA's answers where the CPU's differ: p == 1
+// gives zeros (not input * 0, NaN for infinite inputs) and an all-false mask.
 std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
                                                  double p,
                                                  std::optional<bool> train);
