@@ -74,6 +74,37 @@ RANDOM_OPS = {
     "dropout2d": lambda d: F.dropout2d(torch.ones(4, 6, 3, 3, device=d), 0.5),
     "alpha_dropout": lambda d: F.alpha_dropout(torch.ones(64, device=d), 0.2, training=True),
     "rrelu": lambda d: F.rrelu(torch.linspace(-1, 1, 50, device=d), training=True),
+    "rrelu_inplace": lambda d: F.rrelu(
+        torch.linspace(-1, 1, 50, device=d), training=True, inplace=True
+    ),
+    "rrelu_with_noise_out": lambda d: torch.ops.aten.rrelu_with_noise.out(
+        torch.linspace(-1, 1, 50, device=d),
+        torch.zeros(50, device=d),
+        0.1,
+        0.3,
+        True,
+        out=torch.empty(50, device=d),
+    ),
+}
+
+# Compiled with backend="neuron" on neuron tensors: the numbers eager mode draws on
+# the CPU (random ops stay eager calls; rrelu's decomposition, which would draw one
+# number per element, is not used).
+COMPILED = {
+    "randint": lambda x: torch.randint(0, 100, x.shape, device=x.device) + x,
+    "randperm": lambda x: torch.randperm(x.shape[0], device=x.device).float() + x[:, 0],
+    "bernoulli_tensor": lambda x: torch.bernoulli(x.sigmoid()),
+    "bernoulli_p": lambda x: torch.bernoulli(x, 0.3),
+    "normal_": lambda x: torch.empty_like(x).normal_(1, 2) + x,
+    "normal_tensor": lambda x: torch.normal(x, 1.0),
+    "uniform_": lambda x: torch.empty_like(x).uniform_() * x,
+    "randn_bfloat16": lambda x: torch.randn(x.shape, dtype=torch.bfloat16, device=x.device),
+    "multinomial": lambda x: torch.multinomial(x.abs() + 0.1, 3),
+    "poisson": lambda x: torch.poisson(x.abs()),
+    "rrelu": lambda x: F.rrelu(x, training=True),
+    "dropout2d": lambda x: F.dropout2d(x.expand(2, 3, -1, -1), 0.5),
+    "alpha_dropout": lambda x: F.alpha_dropout(x, 0.3, training=True),
+    "native_dropout": lambda x: torch.native_dropout(x, 0.3, True)[0],
 }
 
 
@@ -84,6 +115,19 @@ def test_random_op_draws_the_cpu_numbers(name):
 
     cpu, neuron = on_both(then_more)
     assert_bitwise(cpu, neuron)
+
+
+@pytest.mark.parametrize("name", sorted(COMPILED))
+def test_compiled_random_op_draws_the_cpu_numbers(name):
+    torch._dynamo.reset()
+    fn = COMPILED[name]
+    x = torch.linspace(-2, 2, 64).reshape(8, 8)
+    torch.manual_seed(0)
+    expected = fn(x)
+    torch.manual_seed(0)
+    got = torch.compile(fn, backend="neuron", fullgraph=True)(x.to(D))
+    assert_bitwise(expected, got.cpu())
+    torch._dynamo.reset()
 
 
 def test_explicit_generators_draw_the_cpu_numbers():

@@ -46,7 +46,7 @@ torch::jit::Stack CpuCall::run(const AliasPlan::Built& built,
 
 void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
                   const c10::FunctionSchema& schema, bool fresh_out_args,
-                  const OpTraits& traits, const at::Generator* cpu_generator) {
+                  const OpTraits& traits) {
   call.args.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const IValue& v = args[i];
@@ -55,12 +55,8 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
     const c10::TypePtr& inner = type->kind() == c10::TypeKind::OptionalType
                                     ? type->containedType(0)
                                     : type;
-    if (inner->kind() == c10::TypeKind::GeneratorType) {
-      TORCH_INTERNAL_ASSERT(cpu_generator, traits.name,
-                            ": a random op outside a RandomDraw");
-      call.args.push_back(IValue(*cpu_generator));
-      continue;
-    }
+    TORCH_INTERNAL_ASSERT(inner->kind() != c10::TypeKind::GeneratorType,
+                          traits.name, ": random ops take random_op.h's path");
     if (fresh_out_args && traits.arg_is_out[i] && v.isTensor()) {
       call.args.push_back(call.record(
           at::empty({0}, v.toTensor().options().device(c10::kCPU))));

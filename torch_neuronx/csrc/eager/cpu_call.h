@@ -39,14 +39,12 @@ struct CpuCall {
   torch::jit::Stack run(const AliasPlan::Built& built, size_t& next) const;
 };
 
-// Records the op's arguments into `call`: tensors as CPU aliases, the
-// generator argument (of a random op) as `cpu_generator` (the device's CPU
-// generator, held by the caller's RandomDraw: core/generator.h), and (with
+// Records the op's arguments into `call`: tensors as CPU aliases and (with
 // `fresh_out_args`) out= arguments as fresh CPU tensors whose results the
-// caller places afterwards.
+// caller places afterwards. Not for random ops (random_op.h draws them on the
+// host at the call).
 void buildCpuArgs(CpuCall& call, const std::vector<c10::IValue>& args,
                   const c10::FunctionSchema& schema, bool fresh_out_args,
-                  const OpTraits& traits,
-                  const at::Generator* cpu_generator = nullptr);
+                  const OpTraits& traits);
 
 }  // namespace torch_neuronx

@@ -2,13 +2,17 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/generator.h"
+#include "core/stream.h"
+#include "eager/cpu_alias.h"
 #include "eager/ivalue_tensors.h"
 #include "eager/op_args.h"
-#include "eager/synchronous_op.h"
+#include "eager/synchronous_op.h"  // placeCpuResults
 
 namespace torch_neuronx {
 namespace {
@@ -41,6 +45,12 @@ bool readsOnlyShapes(const std::string& name) {
   return name == "aten::bernoulli.p";
 }
 
+// In-place random ops that read the tensor they write (the others — normal_,
+// uniform_, bernoulli_, ... — overwrite it whole).
+bool readsWhatItWrites(const std::string& name) {
+  return name == "aten::rrelu_with_noise_";
+}
+
 // A host tensor standing in for the device tensor `t`: the same sizes,
 // strides and dtype, so the CPU kernel draws in the order it would draw for
 // a CPU tensor like `t` (its values are never read).
@@ -64,7 +74,9 @@ void classifyRandomOp(const c10::FunctionSchema& schema, OpTraits& traits) {
     if (holdsTensors(arg.type()) && !written) reads = true;
   }
   traits.draws_random = random;
-  traits.random_reads_values = random && reads && !readsOnlyShapes(traits.name);
+  traits.random_reads_values =
+      random && ((reads && !readsOnlyShapes(traits.name)) ||
+                 readsWhatItWrites(traits.name));
 }
 
 void runRandomOp(const c10::OperatorHandle& op, OpTraits& traits,
@@ -76,24 +88,51 @@ void runRandomOp(const c10::OperatorHandle& op, OpTraits& traits,
     if (isGeneratorArgument(schema.arguments()[i]) && args[i].isGenerator())
       gen = args[i].toGenerator();
   RandomDraw draw(gen, device);
-  if (traits.random_reads_values) {
-    runSynchronously(op, traits, stack, std::move(args), device,
-                     &draw.cpuGenerator());
-    return;
-  }
   torch::jit::Stack cpu_stack;
   cpu_stack.reserve(args.size());
+  // (device tensor, its stand-in) for every tensor the kernel writes.
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (isGeneratorArgument(schema.arguments()[i])) {
+    const c10::Argument& arg = schema.arguments()[i];
+    if (isGeneratorArgument(arg)) {
       cpu_stack.push_back(IValue(draw.cpuGenerator()));
       continue;
     }
+    // What the kernel writes gets a stand-in; what it reads, its values when
+    // they matter (waiting for them), else a stand-in too.
+    const bool writes =
+        arg.is_out() || (arg.alias_info() && arg.alias_info()->isWrite());
+    const bool read_values =
+        traits.random_reads_values &&
+        (!writes || (i == 0 && readsWhatItWrites(traits.name)));
+    auto to_host = [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined() || !isNeuron(t)) return t;
+      // A host copy is dense whatever the device tensor's layout: the copy
+      // back goes element by element.
+      at::Tensor host = read_values ? t.cpu() : standIn(t);
+      if (writes) written.emplace_back(t, host);
+      return host;
+    };
     cpu_stack.push_back(
-        mapDevice(mapTensors(args[i], standIn), c10::Device(c10::kCPU)));
+        mapDevice(mapTensors(args[i], to_host), c10::Device(c10::kCPU)));
   }
   op.callBoxed(cpu_stack);  // the CPU kernel: every tensor is a host one
+  if (!written.empty()) {
+    auto copies = std::make_shared<AliasPlan>();
+    for (auto& [dst, cpu] : written) {
+      resizeLikeCpuResult(dst, cpu);  // an out= argument the kernel resized
+      copies->add(dst);
+      copies->keep(cpu);
+    }
+    const size_t n = written.size();
+    launch(device, traits.name.c_str(), [copies, n] {
+      c10::InferenceMode guard;
+      AliasPlan::Built t = copies->build();
+      for (size_t k = 0; k < n; ++k) t[2 * k].copy_(t[2 * k + 1]);
+    });
+  }
   std::vector<IValue> outs = placeCpuResults(schema, traits, args, cpu_stack,
-                                             device, /*copy_written=*/true);
+                                             device, /*copy_out_args=*/false);
   torch::jit::drop(*stack, args.size());
   for (auto& o : outs) stack->push_back(std::move(o));
 }

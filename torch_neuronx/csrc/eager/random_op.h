@@ -10,7 +10,8 @@
 // - an op whose result depends on the values it reads (bernoulli with a
 //   tensor of probabilities, normal with tensor means or deviations,
 //   multinomial, poisson, binomial, _standard_gamma, rrelu_with_noise, ...)
-//   waits for its inputs and runs its kernel on them (the synchronous path).
+//   waits for those inputs and runs its kernel on host copies of them (what
+//   it writes still gets stand-ins and the queued copy).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

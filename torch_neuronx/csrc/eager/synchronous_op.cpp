@@ -17,12 +17,20 @@ namespace torch_neuronx {
 
 using c10::IValue;
 
+void resizeLikeCpuResult(const at::Tensor& dst, const at::Tensor& cpu) {
+  if (dst.sizes() == cpu.sizes()) return;
+  dst.resize_(cpu.sizes());
+  if (cpu.is_non_overlapping_and_dense())
+    dst.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(),
+                                                     dst.storage_offset());
+}
+
 std::vector<IValue> placeCpuResults(const c10::FunctionSchema& schema,
                                     const OpTraits& traits,
                                     const std::vector<IValue>& args,
                                     const torch::jit::Stack& results,
                                     c10::DeviceIndex device,
-                                    bool copy_written) {
+                                    bool copy_out_args) {
   const size_t nret = schema.returns().size();
   TORCH_INTERNAL_ASSERT(results.size() == nret);
   // The plan holds (device output, CPU result) pairs.
@@ -30,7 +38,10 @@ std::vector<IValue> placeCpuResults(const c10::FunctionSchema& schema,
   size_t num_copies = 0;
   for (size_t i = 0; i < nret; ++i)
     forEachTensor(results[i], [&](const at::Tensor& r) {
-      if (r.defined()) checkStridedResult(traits, r.layout());
+      if (r.defined()) {
+        checkStridedResult(traits, r.layout());
+        checkUnquantizedResult(traits, r.scalar_type());
+      }
     });
   auto place = [&](const at::Tensor& cpu_result) -> at::Tensor {
     if (!cpu_result.defined()) return cpu_result;
@@ -54,14 +65,9 @@ std::vector<IValue> placeCpuResults(const c10::FunctionSchema& schema,
     int a = traits.alias_arg[i];
     if (a >= 0 && r.isTensor()) {
       at::Tensor dst = args[a].toTensor();
-      if (traits.arg_is_out[a] || (copy_written && traits.alias_write[i])) {
+      if (copy_out_args && traits.arg_is_out[a]) {
         at::Tensor cpu = r.toTensor();
-        if (dst.sizes() != cpu.sizes()) {
-          dst.resize_(cpu.sizes());
-          if (cpu.is_non_overlapping_and_dense())  // as above: CPU's layout
-            dst.unsafeGetTensorImpl()->set_sizes_and_strides(
-                cpu.sizes(), cpu.strides(), dst.storage_offset());
-        }
+        resizeLikeCpuResult(dst, cpu);
         copies->add(dst);
         copies->keep(cpu);
         ++num_copies;
@@ -83,12 +89,10 @@ std::vector<IValue> placeCpuResults(const c10::FunctionSchema& schema,
 
 void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
                       torch::jit::Stack* stack, std::vector<IValue> args,
-                      c10::DeviceIndex device,
-                      const at::Generator* cpu_generator) {
+                      c10::DeviceIndex device) {
   const auto& schema = op.schema();
   auto call = std::make_shared<CpuCall>(op);
-  buildCpuArgs(*call, args, schema, /*fresh_out_args=*/true, traits,
-               cpu_generator);
+  buildCpuArgs(*call, args, schema, /*fresh_out_args=*/true, traits);
   // The host waits anyway: an error of the kernel is raised here, as the
   // exception the kernel threw (IndexError, ValueError, ...), not as a device
   // error at a later sync — and the stream is not poisoned by it. Its
@@ -107,7 +111,7 @@ void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
   raiseAtCall(*result);
   // In-place results were written into device memory by the kernel itself.
   std::vector<IValue> outs = placeCpuResults(schema, traits, args, *returned,
-                                             device, /*copy_written=*/false);
+                                             device, /*copy_out_args=*/true);
   torch::jit::drop(*stack, args.size());
   for (auto& o : outs) stack->push_back(std::move(o));
 }

@@ -15,22 +15,25 @@
 
 namespace torch_neuronx {
 
-// `cpu_generator`: what a random op draws from (random_op.h).
 void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,
                       torch::jit::Stack* stack, std::vector<c10::IValue> args,
-                      c10::DeviceIndex device,
-                      const at::Generator* cpu_generator = nullptr);
+                      c10::DeviceIndex device);
 
 // The results of the op's CPU kernel (`results`, on the host) as the op's
 // device results, filled by one queued copy item (nothing waits for it):
-// out= arguments are sized as the CPU's results and get them copied in (and
-// so do in-place arguments with `copy_written`: the kernel wrote a host
-// stand-in of them); fresh results become new device tensors.
+// fresh results become new device tensors; with `copy_out_args`, out=
+// arguments (given fresh CPU tensors) are sized as the CPU's results and get
+// them copied in. In-place results are the arguments themselves.
 std::vector<c10::IValue> placeCpuResults(const c10::FunctionSchema& schema,
                                          const OpTraits& traits,
                                          const std::vector<c10::IValue>& args,
                                          const torch::jit::Stack& results,
                                          c10::DeviceIndex device,
-                                         bool copy_written);
+                                         bool copy_out_args);
+
+// `dst` (a device out= argument) resized to the CPU kernel's result `cpu`,
+// with its strides where the result is dense (the layout CUDA's kernel
+// gives); nothing when the sizes match.
+void resizeLikeCpuResult(const at::Tensor& dst, const at::Tensor& cpu);
 
 }  // namespace torch_neuronx
