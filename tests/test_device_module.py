@@ -143,7 +143,7 @@ def test_device_context_manager(two_devices):
 
 def test_get_device_name_and_capability():
     name = torch.neuron.get_device_name()
-    assert isinstance(name, str) and "NeuronCore" in name
+    assert name == "neuron:0"  # TorchNeuron's name: the device string
     assert torch.neuron.get_device_name(0) == name
     cap = torch.neuron.get_device_capability()
     assert isinstance(cap, tuple) and len(cap) == 2
@@ -153,7 +153,7 @@ def test_get_device_properties_fields():
     n = torch.neuron.device_count()
     for i in range(n):
         p = torch.neuron.get_device_properties(i)
-        assert p.name == torch.neuron.get_device_name(i)
+        assert p.name == "trn2"  # the platform, as TorchNeuron's
         assert isinstance(p.total_memory, int) and p.total_memory > 0
         assert p.physical_cores_per_logical_core in (1, 2)
         assert p.logical_cores_per_chip >= 1

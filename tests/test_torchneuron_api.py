@@ -235,16 +235,16 @@ def test_is_initialized_after_device_use():
     ids=["none", "int", "str", "str-index", "torch.device", "torch.device-index"],
 )
 def test_get_device_name_forms(device):
-    name = N.get_device_name(device)
-    assert isinstance(name, str) and "NeuronCore" in name
-    assert name == N.get_device_properties(device).name
+    # TorchNeuron's: the device string as the name, the platform in the properties.
+    assert N.get_device_name(device) == "neuron:0"
+    assert N.get_device_properties(device).name == "trn2"
 
 
 @pytest.mark.parametrize(
     "device", [1, "neuron:1", torch.device("neuron", 1)], ids=["int", "str", "torch.device"]
 )
 def test_get_device_name_of_device_1(two_devices, device):
-    assert N.get_device_name(device) == N.get_device_properties(1).name
+    assert N.get_device_name(device) == "neuron:1"
     assert N.get_device_properties(device) == N.get_device_properties(1)
 
 

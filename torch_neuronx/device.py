@@ -14,6 +14,23 @@ from . import _C
 
 _DeviceLike = torch.device | str | int | None
 
+
+class DeviceIndexError(IndexError, ValueError):
+    """An index that is not a device of the numbering.
+
+    TorchNeuron raises ValueError ("Invalid device id") and torch-neuronx raised
+    IndexError (a lookup out of range): both ``except`` clauses catch it.
+    """
+
+
+class DeviceStringError(ValueError, RuntimeError):
+    """A device string that does not parse.
+
+    ValueError as TorchNeuron (its tests: ``get_device_name("invalid")``), and the
+    RuntimeError ``torch.device`` raises for it, as CUDA's functions do.
+    """
+
+
 # "neuron:<i>" is read here, not by torch.device: torch stores an 8-bit index
 # and calls "neuron:300" an unparsable string rather than a missing device.
 _INDEXED_NAME = re.compile(r"neuron:(-?\d+)")
@@ -57,7 +74,7 @@ def _parse_device_string(name: str) -> torch.device:
     except RuntimeError as e:
         # torch's own message lists every device type but 'neuron' (it says
         # 'privateuseone'): say what a neuron device string looks like.
-        raise RuntimeError(
+        raise DeviceStringError(
             f"Invalid device string {name!r}: expected 'neuron' or 'neuron:<index>'"
         ) from e
 
@@ -73,7 +90,7 @@ def _check_index(idx: int) -> None:
     process's (see ``_device_range``).
     """
     if not 0 <= idx < _C._device_count():
-        raise IndexError(_C._device_index_error(str(idx)))
+        raise DeviceIndexError(_C._device_index_error(str(idx)))
 
 
 def _device_range() -> range:
@@ -219,12 +236,61 @@ class NeuronDeviceProperties:
         )
 
 
+# The logical core behind each device index of the host, as the ranks of the
+# default process group told each other (torch_neuronx.distributed): another
+# local rank's devices are known from then on.
+_host_device_cores: dict[int, int] = {}
+
+
+def _set_host_device_cores(cores: dict[int, int]) -> None:
+    _host_device_cores.clear()
+    _host_device_cores.update(cores)
+
+
+def _own_device_cores() -> dict[int, int]:
+    """This process's device indices and the host's logical core behind each."""
+    return {i: _C._device_properties(i)["logical_core"] for i in _device_range()}
+
+
+def _other_rank_core(idx: int) -> int:
+    """The logical core of ``idx``, a device of another local rank.
+
+    Known exactly once the default process group exists; before, the launcher's
+    layout is assumed (each local rank's devices start at its own core, as with
+    ``NEURON_RT_VISIBLE_CORES=<LOCAL_RANK>``): the offset between this process's
+    first index and its first core holds for the others.
+    """
+    if idx in _host_device_cores:
+        return _host_device_cores[idx]
+    first = _device_range().start
+    core = idx + _C._device_properties(first)["logical_core"] - first
+    if not 0 <= core < _C._host_logical_cores():
+        raise DeviceIndexError(
+            f"neuron:{idx} is another process's device and its core is not known "
+            "before init_process_group: " + _C._device_index_error(str(idx))
+        )
+    return core
+
+
 def get_device_properties(device: _DeviceLike = None) -> NeuronDeviceProperties:
-    return NeuronDeviceProperties(**_C._device_properties(_index(device)))
+    """The properties of a device; ``name`` is the platform (``"trn2"``), as TorchNeuron's.
+
+    Every index below ``device_count()`` has properties, another local rank's
+    device included (as CUDA's of every GPU of the host).
+    """
+    idx = _index(device)
+    if idx in _device_range():
+        return NeuronDeviceProperties(**_C._device_properties(idx))
+    return NeuronDeviceProperties(**_C._host_core_properties(_other_rank_core(idx)))
 
 
 def get_device_name(device: _DeviceLike = None) -> str:
-    return get_device_properties(device).name
+    """``"neuron:<index>"``, as TorchNeuron names a device.
+
+    Code that tells devices apart by name (TorchTitan's ``"neuron" in
+    device_name``) recognises it; the platform is ``get_device_properties().name``.
+    """
+    return f"neuron:{_index(device)}"
 
 
 def get_device_capability(device: _DeviceLike = None) -> tuple[int, int]:
@@ -256,7 +322,13 @@ def _give_launched_rank_its_core() -> None:
     """
     local_rank = os.environ.get("LOCAL_RANK", "")
     if local_rank.isdigit() and not os.environ.get("NEURON_RT_VISIBLE_CORES"):
-        os.environ["NEURON_RT_VISIBLE_CORES"] = str(int(local_rank))
+        # NEURON_RT_NUM_CORES=n: the runtime gives each process the next n free
+        # cores, which for local ranks started in order are rank * n onwards.
+        n = os.environ.get("NEURON_RT_NUM_CORES", "")
+        n = int(n) if n.isdigit() and int(n) > 0 else 1
+        first = int(local_rank) * n
+        cores = str(first) if n == 1 else f"{first}-{first + n - 1}"
+        os.environ["NEURON_RT_VISIBLE_CORES"] = cores
 
 
 _give_launched_rank_its_core()

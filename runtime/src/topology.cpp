@@ -121,9 +121,21 @@ TopologyConfig Topology::configFromEnv() {
     if (c.hbm_bytes_per_core > (1ull << 40))
       badConfig("TORCH_NEURONX_HBM_BYTES_PER_CORE", v, "at most 1TiB per core");
   }
-  if (const char* v = getenvOrNull("NEURON_RT_VISIBLE_CORES")) {
-    int total = c.num_chips * (c.physical_cores_per_chip / c.logical_core_size);
+  const int total =
+      c.num_chips * (c.physical_cores_per_chip / c.logical_core_size);
+  if (const char* v = getenvOrNull("NEURON_RT_VISIBLE_CORES"))
     c.visible_cores = parseCoreList(v, total, "NEURON_RT_VISIBLE_CORES");
+  // The Neuron runtime's other way to size a process: a number of cores, not
+  // which ones. It reserves the first free cores; in a simulation every core
+  // is free, so those are the first n. It only counts, so
+  // NEURON_RT_VISIBLE_CORES, which names the cores, wins when both are set.
+  if (const char* v = getenvOrNull("NEURON_RT_NUM_CORES")) {
+    long long n = 0;
+    if (!parseInt(trim(v), n) || n > total)
+      badConfig("NEURON_RT_NUM_CORES", v,
+                "a number of cores from 0 (all) to " + std::to_string(total));
+    if (n > 0 && c.visible_cores.empty())
+      for (int i = 0; i < n; ++i) c.visible_cores.push_back(i);
   }
   return c;
 }

@@ -75,7 +75,8 @@ class EnvGuard {
 inline const std::vector<std::string>& runtimeEnvVars() {
   static const std::vector<std::string> vars = {
       "NEURON_RT_VISIBLE_CORES", "NEURON_LOGICAL_NC_CONFIG",
-      "TORCH_NEURONX_NUM_CHIPS", "TORCH_NEURONX_HBM_BYTES_PER_CORE"};
+      "TORCH_NEURONX_NUM_CHIPS", "TORCH_NEURONX_HBM_BYTES_PER_CORE",
+      "NEURON_RT_NUM_CORES"};
   return vars;
 }
 

@@ -348,6 +348,39 @@ TEST_F(ConfigFromEnvTest, NumChips) {
   }
 }
 
+// NEURON_RT_NUM_CORES=n: the process takes n cores (the first n, as the
+// Neuron runtime takes the first free ones); 0 means all. It only counts
+// cores, so NEURON_RT_VISIBLE_CORES, which names them, wins when both are set.
+TEST_F(ConfigFromEnvTest, NumCoresLimitsTheVisibleCores) {
+  env_.set("NEURON_RT_NUM_CORES", "2");
+  TopologyConfig c = Topology::configFromEnv();
+  EXPECT_EQ(c.visible_cores, (std::vector<int>{0, 1}));
+  EXPECT_EQ(Topology(c).numVisibleCores(), 2);
+  env_.set("NEURON_RT_NUM_CORES", "0");
+  EXPECT_EQ(Topology(Topology::configFromEnv()).numVisibleCores(), 4);
+  env_.set("NEURON_RT_NUM_CORES", "4");
+  EXPECT_EQ(Topology(Topology::configFromEnv()).numVisibleCores(), 4);
+  env_.set("NEURON_LOGICAL_NC_CONFIG", "1");  // 8 logical cores
+  env_.set("NEURON_RT_NUM_CORES", "6");
+  EXPECT_EQ(Topology(Topology::configFromEnv()).numVisibleCores(), 6);
+}
+
+TEST_F(ConfigFromEnvTest, NumCoresYieldsToVisibleCores) {
+  env_.set("NEURON_RT_NUM_CORES", "1");
+  env_.set("NEURON_RT_VISIBLE_CORES", "2-3");
+  EXPECT_EQ(Topology::configFromEnv().visible_cores, (std::vector<int>{2, 3}));
+}
+
+TEST_F(ConfigFromEnvTest, NumCoresErrors) {
+  for (const char* bad : {"5", "-1", "two", "1.5", "1-2"}) {
+    env_.set("NEURON_RT_NUM_CORES", bad);
+    EXPECT_TRUE(ThrowsError([] { Topology::configFromEnv(); },
+                            Status::kInvalidConfig,
+                            {"NEURON_RT_NUM_CORES", "from 0 (all) to 4"}))
+        << "value: " << bad;
+  }
+}
+
 // The guard itself: values set before a test are restored after it.
 TEST(EnvGuardTest, RestoresPreviousValues) {
   EnvGuard outer(runtimeEnvVars());

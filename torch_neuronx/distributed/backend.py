@@ -9,6 +9,7 @@ through gloo.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from datetime import timedelta
@@ -45,6 +46,33 @@ def _host_of_rank(store, rank: int, size: int) -> list[int]:
     return [numbers.setdefault(i, len(numbers)) for i in ids]
 
 
+def _share_device_layout(store, rank: int, host_of_rank: list[int]) -> None:
+    """Tells the ranks of the default group each other's devices, as TorchNeuron
+    derives the local world size from the store after ``init_process_group``.
+
+    The host's local world size reaches the device numbering of a process that
+    numbers its devices from ``LOCAL_RANK`` but has no ``LOCAL_WORLD_SIZE`` (ranks
+    of ``torch.multiprocessing.spawn``), so every local rank then has the same
+    ``device_count()``; and each index's logical core gives
+    ``get_device_properties`` another local rank's devices.
+    """
+    from ..device import _own_device_cores, _set_host_device_cores
+
+    size = len(host_of_rank)
+    own = _own_device_cores()
+    store.set(f"neuron_devices/{rank}", json.dumps(own))
+    host = host_of_rank[rank]
+    cores: dict[int, int] = {}
+    for r in range(size):
+        if host_of_rank[r] != host or r == rank:
+            continue
+        theirs = json.loads(store.get(f"neuron_devices/{r}").decode())
+        cores.update({int(i): c for i, c in theirs.items()})
+    cores.update(own)  # this process's own devices are what it says they are
+    _set_host_device_cores(cores)
+    _C._set_local_world_from_group(host_of_rank.count(host))
+
+
 def _create_backend(dist_backend_opts, backend_options):
     """Creator for ``Backend.register_backend(..., extended_api=True)``."""
     timeout = dist_backend_opts.timeout
@@ -57,6 +85,8 @@ def _create_backend(dist_backend_opts, backend_options):
     # profiler names a collective's peers by them.
     global_ranks = [int(r) for r in (dist_backend_opts.global_ranks_in_group or [])]
     host_of_rank = _host_of_rank(store, rank, size) if size > 1 else [0]
+    if not global_ranks and size > 1:  # the default group
+        _share_device_layout(store, rank, host_of_rank)
     n_hosts = max(host_of_rank) + 1
     if n_hosts == 1:
         return _C._create_neuron_backend(

@@ -33,10 +33,16 @@ class Topology {
  public:
   explicit Topology(const TopologyConfig& config);
 
-  // Reads NEURON_RT_VISIBLE_CORES, NEURON_LOGICAL_NC_CONFIG,
-  // TORCH_NEURONX_NUM_CHIPS and TORCH_NEURONX_HBM_BYTES_PER_CORE. Throws
-  // neuron_rt::Error(kInvalidConfig) with a message naming the variable.
+  // Reads NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES,
+  // NEURON_LOGICAL_NC_CONFIG, TORCH_NEURONX_NUM_CHIPS and
+  // TORCH_NEURONX_HBM_BYTES_PER_CORE. Throws neuron_rt::Error(kInvalidConfig)
+  // with a message naming the variable.
   static TopologyConfig configFromEnv();
+
+  // The platform the chips are, as the Neuron runtime names an instance's
+  // (TorchNeuron's device properties carry it): every simulated chip is a
+  // Trainium2.
+  static const char* platform() { return "trn2"; }
 
   int numVisibleCores() const { return static_cast<int>(cores_.size()); }
   int logicalCoresPerChip() const;

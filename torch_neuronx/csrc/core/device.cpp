@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -31,12 +32,34 @@ int launcherInt(const char* name) {
   return std::stoi(s);
 }
 
-DeviceNumbering numberingFor(int count) {
+// The host's number of local ranks as the process group found it (-1: no
+// group yet). A process started without LOCAL_WORLD_SIZE (ranks of
+// torch.multiprocessing.spawn that set LOCAL_RANK themselves) learns it at
+// init_process_group, as TorchNeuron does, so that every local rank then has
+// the same device count.
+std::atomic<int> local_world_from_group{-1};
+
+// The launcher's variables, read once the runtime is up (the numbering of
+// the devices in use must not change under them).
+struct LauncherEnv {
+  int local_rank = -1;
+  int local_world = -1;
+};
+
+LauncherEnv launcherEnv() {
+  return {launcherInt("LOCAL_RANK"), launcherInt("LOCAL_WORLD_SIZE")};
+}
+
+DeviceNumbering numberingFor(int count, const LauncherEnv& env) {
   DeviceNumbering n;
   n.count = count;
-  n.first = std::max(0, launcherInt("LOCAL_RANK"));
+  n.first = std::max(0, env.local_rank);
   n.limit = n.first + count;
-  const int local_world = launcherInt("LOCAL_WORLD_SIZE");
+  // Only for a numbering from LOCAL_RANK: a plain process's neuron:0 ..
+  // neuron:<count - 1> stay its own, whatever group it joins.
+  const int local_world = env.local_world > 0   ? env.local_world
+                          : env.local_rank >= 0 ? local_world_from_group.load()
+                                                : -1;
   if (n.first > 0 || local_world > 0)
     n.limit = std::max(n.limit, local_world - 1 + count);
   TORCH_CHECK(n.limit <= kMaxDeviceIndices, "LOCAL_RANK=", n.first, " with ",
@@ -68,15 +91,24 @@ neuron_rt::Runtime& runtime() {
 
 DeviceNumbering deviceNumbering() {
   if (neuron_rt::Runtime::initialized()) {
-    // Fixed once the runtime is up (its devices and the launcher's rank are).
-    static const DeviceNumbering fixed = numberingFor(runtime().deviceCount());
-    return fixed;
+    // Fixed once the runtime is up (its devices and the launcher's rank are);
+    // only the limit can still grow, when a process group sizes the host.
+    static const int count = runtime().deviceCount();
+    static const LauncherEnv env = launcherEnv();
+    return numberingFor(count, env);
   }
   try {
-    return numberingFor(neuron_rt::Runtime::visibleDeviceCount());
+    return numberingFor(neuron_rt::Runtime::visibleDeviceCount(),
+                        launcherEnv());
   } catch (const neuron_rt::Error& e) {
     rethrowRuntimeError(e);
   }
+}
+
+void setLocalWorldFromGroup(int local_world) {
+  TORCH_CHECK(local_world > 0 && local_world <= kMaxDeviceIndices,
+              "invalid local world size ", local_world);
+  local_world_from_group.store(local_world);
 }
 
 c10::DeviceIndex deviceCount() noexcept {

@@ -35,6 +35,12 @@ struct DeviceNumbering {
 // initialise the runtime.
 DeviceNumbering deviceNumbering();
 
+// The number of local ranks on this host as the default process group found
+// it. Used instead of LOCAL_WORLD_SIZE when the launcher did not set it and
+// the devices are numbered from LOCAL_RANK: the limit grows to
+// local_world - 1 + count, the same on every local rank.
+void setLocalWorldFromGroup(int local_world);
+
 // torch's device count (DeviceNumbering::limit); does not initialise the
 // runtime. Returns 0 when the environment is malformed (deviceCount() is
 // noexcept in torch's guard).

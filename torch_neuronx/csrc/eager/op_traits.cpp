@@ -26,7 +26,10 @@ bool metaDiffersFromCpu(const std::string& name) {
   static const std::unordered_set<std::string> ops = {
       "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_batch_norm_with_update", "aten::_embedding_bag",
-      "aten::_embedding_bag_forward_only"};
+      "aten::_embedding_bag_forward_only",
+      // Its Meta kernel says float32; the CPU's result is quantized, which
+      // the synchronous path refuses at the call (checkUnquantizedResult).
+      "aten::quantize_per_tensor"};
   return ops.count(name) > 0;
 }
 
@@ -170,6 +173,31 @@ void checkStridedResult(const OpTraits& traits, c10::Layout layout) {
       " on neuron, but neuron tensors support only the strided (dense) "
       "layout. Sparse, mkldnn and other layouts are not supported on neuron; "
       "convert on the CPU instead (e.g. t.cpu().to_sparse()).");
+}
+
+namespace {
+
+// One wording for both refusals, so that users see the same advice.
+constexpr char kQuantizedRefusal[] =
+    "quantized tensors are not supported on neuron (TorchNeuron lists "
+    "quantization, per-channel included, as unsupported). Quantize on the CPU "
+    "instead, e.g. q = torch.quantize_per_tensor(t.cpu(), scale, zero_point, "
+    "dtype), and move q.dequantize() to neuron for compute.";
+
+}  // namespace
+
+void checkUnquantizedResult(const OpTraits& traits, c10::ScalarType dtype) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!c10::isQIntType(dtype), traits.name,
+                              " would return a ", c10::toString(dtype),
+                              " tensor on neuron, but ", kQuantizedRefusal);
+}
+
+void refuseQuantizedOp(const c10::OperatorHandle& op,
+                       torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, traitsFor(op).name,
+                              " was called with a quantized tensor or dtype "
+                              "for neuron, but ",
+                              kQuantizedRefusal);
 }
 
 }  // namespace torch_neuronx

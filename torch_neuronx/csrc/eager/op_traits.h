@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/Layout.h>
+#include <c10/core/ScalarType.h>
 
 #include <atomic>
 #include <cstdint>
@@ -51,5 +52,18 @@ void explainSynchronous(OpTraits& traits, const char* why);
 // layout (to_sparse, to_mkldnn, ...) is refused at the call, before anything
 // is written, rather than handing back a dense tensor.
 void checkStridedResult(const OpTraits& traits, c10::Layout layout);
+
+// Quantized tensors are not supported on neuron (TorchNeuron lists them as
+// unsupported): an op whose result would be quantized (quantize_per_tensor,
+// quantize_per_channel, _make_per_tensor_quantized_tensor, ...) is refused at
+// the call with NotImplementedError. Without this the op returned a plain
+// tensor of dtype quint8 whose copy failed in a work item, and the error
+// surfaced at the next, unrelated synchronisation.
+void checkUnquantizedResult(const OpTraits& traits, c10::ScalarType dtype);
+
+// The boxed kernel of the QuantizedPrivateUse1 key: every op dispatched there
+// (a quantized dtype requested on neuron, a CPU quantized tensor moved or
+// copied to neuron) raises NotImplementedError naming the op.
+void refuseQuantizedOp(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 }  // namespace torch_neuronx

@@ -39,12 +39,11 @@ auto withoutGil(F&& f) {
   return f();
 }
 
-py::dict deviceProperties(int index) {
-  const int core_index = runtimeIndex(static_cast<c10::DeviceIndex>(index));
-  const neuron_rt::Topology topo(neuron_rt::Topology::configFromEnv());
-  const neuron_rt::CoreInfo& core = topo.core(core_index);
+py::dict coreProperties(const neuron_rt::Topology& topo,
+                        const neuron_rt::CoreInfo& core) {
   py::dict d;
-  d["name"] = "NeuronCore-v3 (simulated Trn2)";
+  // TorchNeuron's name is the platform (TorchTitan reads it for peak FLOPS).
+  d["name"] = neuron_rt::Topology::platform();
   d["total_memory"] = core.hbm_bytes;
   d["logical_core"] = core.logical_core;
   d["chip"] = core.chip;
@@ -52,6 +51,24 @@ py::dict deviceProperties(int index) {
   d["logical_cores_per_chip"] = topo.logicalCoresPerChip();
   d["num_chips"] = topo.config().num_chips;
   return d;
+}
+
+// The properties of one of this process's devices.
+py::dict deviceProperties(int index) {
+  const int core_index = runtimeIndex(static_cast<c10::DeviceIndex>(index));
+  const neuron_rt::Topology topo(neuron_rt::Topology::configFromEnv());
+  return coreProperties(topo, topo.core(core_index));
+}
+
+// The properties of a logical core of the host, visible here or not: another
+// local rank's device (CUDA describes every GPU of the host).
+py::dict hostCoreProperties(int logical_core) {
+  neuron_rt::TopologyConfig config = neuron_rt::Topology::configFromEnv();
+  config.visible_cores.clear();
+  const neuron_rt::Topology host(config);
+  TORCH_CHECK_INDEX(logical_core >= 0 && logical_core < host.numVisibleCores(),
+                    "the host has no logical core ", logical_core);
+  return coreProperties(host, host.core(logical_core));
 }
 
 py::list drainTrace() {
@@ -119,6 +136,13 @@ PYBIND11_MODULE(_C, m) {
     });
   });
   m.def("_device_properties", &deviceProperties);
+  m.def("_host_core_properties", &hostCoreProperties);
+  m.def("_host_logical_cores", [] {
+    neuron_rt::TopologyConfig config = neuron_rt::Topology::configFromEnv();
+    config.visible_cores.clear();
+    return neuron_rt::Topology(config).numVisibleCores();
+  });
+  m.def("_set_local_world_from_group", &setLocalWorldFromGroup);
   m.def("_launch_blocking", &launchBlocking);
   m.def("_hbm_bytes_in_use", [](int d) {
     return runtimeDevice(static_cast<c10::DeviceIndex>(d)).hbm().bytesInUse();

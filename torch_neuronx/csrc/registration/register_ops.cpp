@@ -12,6 +12,7 @@
 
 #include "eager/device_op.h"
 #include "eager/op_stats.h"
+#include "eager/op_traits.h"
 #include "eager/tensor_metadata.h"
 #include "ops/convolution.h"
 #include "ops/copy.h"
@@ -55,6 +56,11 @@ constexpr char kLocalScalarDense[] = "aten::_local_scalar_dense";
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&deviceOpFallback>());
+}
+
+// Quantized tensors on neuron: refused at the call (op_traits.h).
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseQuantizedOp>());
 }
 
 // A CompositeImplicitAutograd op: its kernel sits on the autograd key.
