@@ -164,9 +164,9 @@ OTHER_CASES = [
     ("set_rng_state[list]", lambda: N.set_rng_state([0] * 16), TypeError, BYTE_TENSOR),
     (
         "set_rng_state[offset]",
-        lambda: N.set_rng_state(_rng_state(offset=6)),
+        lambda: N.set_rng_state(_rng_state(offset=-6)),
         RuntimeError,
-        "multiple of 4",
+        "offset -6 is negative",
     ),
     (
         "set_rng_state_all[too-many]",

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "eager/dtype_widening.h"
+#include "eager/random_op.h"
 #include "eager/schema_aliases.h"
 
 namespace torch_neuronx {
@@ -127,6 +128,7 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
     t.alias_arg.push_back(alias);
     t.alias_write.push_back(write);
   }
+  classifyRandomOp(schema, t);
   return t;
 }
 

@@ -39,6 +39,10 @@ struct OpTraits {
   std::vector<int> alias_arg;
   std::vector<bool> alias_write;
   std::vector<bool> arg_is_out;
+  // A random op (it takes a Generator; random_op.h), and whether its results
+  // depend on the values of tensors it reads (not only on their shapes).
+  bool draws_random = false;
+  bool random_reads_values = false;
 };
 
 // The traits of `op`, built on its first call (thread-safe).

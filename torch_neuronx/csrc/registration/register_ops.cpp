@@ -67,6 +67,9 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type",
          TORCH_FN(hasCompatibleShallowCopyType));
+  // The CPU's dropout instead of the fused one (ops/dropout.h); also on the
+  // backend key below, for inference mode, where autograd keys are skipped.
+  m.impl("dropout", TORCH_FN(dropoutOp));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -99,6 +102,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_gru_cell", TORCH_FN(fusedGruCell));
   m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(fusedGruCellBackward));
   // Random ops with no generator argument: they draw from the neuron one.
+  m.impl("dropout", TORCH_FN(dropoutOp));
   m.impl("native_dropout", TORCH_FN(nativeDropout));
   // ATen's CPU layer-norm kernels straight into device memory.
 #if TORCH_NEURONX_HAS_CPU_STUBS
