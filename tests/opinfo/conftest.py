@@ -116,7 +116,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     from known_failures import (
         EXPECTED_FAILURES,
-        RANDOM_SAMPLES,
+        RANDOM_OPS,
         SKIP,
         STRIDE_DIFFERENCES,
         TOLERANCES,
@@ -195,13 +195,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         )
 
     listing("Not counted: cannot run on CPU", sorted(results.not_applicable.items()))
+    # Random ops and samples are compared by value here (same_draws).
     listing(
         "Compared by shape/dtype/device only",
-        [(k, v) for k, v in VALUE_NOT_COMPARABLE.items() if k in ran],
-    )
-    listing(
-        "Some samples compared by shape/dtype/device only",
-        [(k, v.reason) for k, v in RANDOM_SAMPLES.items() if k in ran],
+        [(k, v) for k, v in VALUE_NOT_COMPARABLE.items() if k in ran and k not in RANDOM_OPS],
     )
     listing("Looser tolerances", [(k, v.reason) for k, v in TOLERANCES.items() if k in ran])
     listing("Skipped ops", [(k, v) for k, v in SKIP.items() if k in ran])

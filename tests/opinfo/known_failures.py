@@ -8,8 +8,14 @@ This is the one place that lists them. Keys are OpInfo keys: ``op.name``, or
 - ``VALUE_NOT_COMPARABLE``: the op runs on both devices, but only the shape,
   dtype and device of its results are compared (random or uninitialised
   values). Backward is not compared for these ops.
-- ``RANDOM_SAMPLES``: ops with some random samples (dropout_p > 0): those
-  samples are compared like ``VALUE_NOT_COMPARABLE`` ops, the rest by value.
+- ``RANDOM_OPS``: the random ones among them. Neuron draws the CPU's numbers
+  after the same seed, so the differential suite seeds both runs of a sample
+  alike and compares them by value, backward included; the compile and dtype
+  suites compare only their shapes.
+- ``RANDOM_SAMPLES``: ops with some random samples (dropout_p > 0): in the
+  compile and dtype suites those samples are compared like
+  ``VALUE_NOT_COMPARABLE`` ops, the rest by value; the differential suite
+  compares all by value.
 - ``TOLERANCES``: looser per-dtype tolerances, where neuron legitimately
   computes differently from the CPU kernel.
 - ``SKIP``: the op is not run at all (and does not pass).
@@ -62,8 +68,7 @@ NOT_APPLICABLE: dict[str, str] = {
     "jiterator_2inputs_2outputs": "CUDA-only (torch.cuda.jiterator): raises on CPU",
 }
 
-VALUE_NOT_COMPARABLE: dict[str, str] = {
-    # Random ops: the neuron generator draws differently from the CPU one.
+RANDOM_OPS: dict[str, str] = {
     "bernoulli": RANDOM,
     "cauchy": RANDOM,
     "exponential": RANDOM,
@@ -88,6 +93,10 @@ VALUE_NOT_COMPARABLE: dict[str, str] = {
     "nn.functional.fractional_max_pool2d": RANDOM,
     "nn.functional.fractional_max_pool3d": RANDOM,
     "nn.functional.rrelu": RANDOM,
+}
+
+VALUE_NOT_COMPARABLE: dict[str, str] = {
+    **RANDOM_OPS,
     # Uninitialised outputs.
     "empty": UNINITIALIZED,
     "empty_like": UNINITIALIZED,
@@ -107,8 +116,8 @@ class RandomSamples:
 
 LOWRANK = (
     RANDOM + ": singular vectors are unique only up to a sign (complex: a phase), which "
-    "follows the random projection drawn by the neuron generator; the singular values "
-    "match, and |U^H U_cpu| is the identity"
+    "follows the random projection; the singular values match, and |U^H U_cpu| is the "
+    "identity"
 )
 
 RANDOM_SAMPLES: dict[str, RandomSamples] = {

@@ -335,6 +335,16 @@ def short_error(e: BaseException, limit: int = 600) -> str:
 # ---------------------------------------------------------------- running
 
 
+@contextlib.contextmanager
+def same_draws(value: int = 7):
+    """Every run of a sample draws the same numbers: the CPU and neuron generators
+    seeded alike (neuron's generator is the CPU's), the caller's streams restored
+    afterwards (the samples' own draws go on undisturbed)."""
+    with torch.random.fork_rng(devices=[torch.neuron.current_device()], device_type="neuron"):
+        torch.manual_seed(value)
+        yield
+
+
 def seed(value: int = 0) -> None:
     torch.manual_seed(value)
     random.seed(value)

@@ -33,7 +33,7 @@ import pytest
 import torch
 from known_failures import (
     NOT_APPLICABLE,
-    RANDOM_SAMPLES,
+    RANDOM_OPS,
     SKIP,
     STRIDE_DIFFERENCES,
     VALUE_NOT_COMPARABLE,
@@ -53,6 +53,7 @@ from opinfo_common import (
     map_sample,
     op_key,
     run_op,
+    same_draws,
     samples,
     short_error,
     time_limit,
@@ -94,13 +95,14 @@ def run_forward(op, key: str, sample, values: bool, seen: Comparison) -> str | N
     """None if the sample matches, "skip" if CPU raises, else the failure message."""
     dev = to_neuron_sample(sample, key)  # before the CPU run: the op may write to its inputs
     try:
-        with time_limit(SAMPLE_TIMEOUT_S):
+        with time_limit(SAMPLE_TIMEOUT_S), same_draws():
             expected = run_op(op, sample)
     except Exception:
         return "skip"
     try:
         with time_limit(SAMPLE_TIMEOUT_S):
-            actual = run_op(op, dev)
+            with same_draws():
+                actual = run_op(op, dev)
             torch.neuron.synchronize()
             check_devices(actual)
             compare(to_cpu(actual), to_cpu(expected), values, key, seen=seen)
@@ -126,13 +128,15 @@ def run_out(op, key: str, sample, values: bool, seen: Comparison) -> str | None:
             out_cpu = empty_like_result(run_op(op, to_cpu_sample(sample)), "cpu")
             if out_cpu is None:
                 return "skip"
-            expected = op(sample.input, *sample.args, **sample.kwargs, out=out_cpu)
+            with same_draws():
+                expected = op(sample.input, *sample.args, **sample.kwargs, out=out_cpu)
     except Exception:
         return "skip"
     out_dev = empty_like_result(out_cpu, DEVICE)
     try:
         with time_limit(SAMPLE_TIMEOUT_S):
-            actual = op(dev.input, *dev.args, **dev.kwargs, out=out_dev)
+            with same_draws():
+                actual = op(dev.input, *dev.args, **dev.kwargs, out=out_dev)
             torch.neuron.synchronize()
             check_devices(out_dev, "out")
             compare(to_cpu(out_dev), to_cpu(out_cpu), values, key, "out", seen)
@@ -153,7 +157,8 @@ def run_out(op, key: str, sample, values: bool, seen: Comparison) -> str | None:
 
 
 def backward(op, sample, cotangents=None):
-    out = sample.output_process_fn_grad(run_op(op, sample))
+    with same_draws():
+        out = sample.output_process_fn_grad(run_op(op, sample))
     outs = grad_outputs(out)
     ins = grad_inputs(sample)
     if not outs or not ins:
@@ -291,11 +296,12 @@ def test_differential(op, differential_results):
     result = differential_results.op(key)
     if key in SKIP:
         pytest.skip(SKIP[key])
-    values = key not in VALUE_NOT_COMPARABLE
-    random_samples = RANDOM_SAMPLES.get(key)
+    # Random ops and samples are compared too: both runs draw the same numbers
+    # (same_draws).
+    values = key not in VALUE_NOT_COMPARABLE or key in RANDOM_OPS
 
     def comparable(sample) -> bool:
-        return values and not (random_samples and random_samples.is_random(sample))
+        return values
 
     xfails = expected_failures(key)
 
