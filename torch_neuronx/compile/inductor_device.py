@@ -30,16 +30,23 @@ from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPython
 from torch._inductor.custom_graph_pass import CustomGraphModulePass
 from torch._inductor.virtualized import V
 
-# Bumped when the generated wrapper code changes, so that graphs cached by
-# another version are not reused: Inductor's FX graph cache key includes the
-# uuid of each device's registered custom pass (codecache.py,
-# FxGraphHashDetails), and this pass is registered for that alone.
-CODEGEN_VERSION = 3
+# Bumped when the generated wrapper code or the graph pass changes, so that
+# graphs cached by another version are not reused: Inductor's FX graph cache key
+# includes the uuid of each device's registered custom pass (codecache.py,
+# FxGraphHashDetails).
+CODEGEN_VERSION = 4
 
 
-class NeuronCodegenVersion(CustomGraphModulePass):
+class NeuronGraphPass(CustomGraphModulePass):
+    """Inductor's post-grad pass for graphs with neuron tensors: the float8
+    rewrites (``float8.py``)."""
+
     def __call__(self, gm) -> None:
-        return None
+        from . import float8
+
+        if float8.rewrite(gm.graph):
+            gm.graph.lint()
+            gm.recompile()
 
     def uuid(self) -> str:
         return f"torch_neuronx-inductor-wrapper-{CODEGEN_VERSION}"
@@ -167,18 +174,31 @@ def _settings_for_cpp_kernels_on_a_device() -> None:
         every device but cpu/mps/xpu/tpu to ``config.cuda_backend`` ("triton"), so
         ``CppKernel`` takes Triton's dtype branches and asserts; and the scheduler's loop
         reordering runs its GPU variant for non-CPU nodes
-        (``_try_reindex_pointwise_for_reduction``), which fails on C++ kernel groups. The
+        (``_try_reindex_pointwise_for_reduction``), which fails on C++ kernel groups; and
+        ``aten.cat``'s lowering takes pointwise_cat for non-CPU devices, which C++ kernels
+        cannot build for float8 (a float8 ``torch.cat`` compiled on CPU, not on neuron). The
         device's own config (``register_backend_for_device(device_custom_config=...)``) is
         stored but never read in torch 2.13. When neuron registers with Inductor the shim
-        sets ``cuda_backend = "cpp"`` and turns off ``loop_ordering_after_fusion`` and
-        ``loop_reindexing_after_fusion`` — settings that only GPU devices read, so CPU
-        compiles are unchanged (this CPU build of torch has no GPU devices).
+        sets ``cuda_backend = "cpp"``, turns off ``loop_ordering_after_fusion`` and
+        ``loop_reindexing_after_fusion``, and sets ``max_pointwise_cat_inputs`` and
+        ``max_complex_pointwise_cat_inputs`` to 0 (every cat a ConcatKernel, as on CPU) —
+        settings that only non-CPU devices read, so CPU compiles are unchanged (this CPU
+        build of torch has no GPU devices).
     """
     from torch._inductor import config
 
     config.cuda_backend = "cpp"
     config.loop_ordering_after_fusion = False
     config.loop_reindexing_after_fusion = False
+    # aten.cat: CPU always takes ConcatKernel (a copy per input); other devices
+    # may take pointwise_cat (one kernel of masked loads) for up to these many
+    # inputs. Neuron's C++ kernels should decide as CPU's do: pointwise_cat was
+    # slower for C++ kernels (lowering.py says so), and C++ kernels cannot
+    # build it for float8 (a where between float8 values, see float8.py), so a
+    # float8 cat compiled on CPU but not on neuron. At 0, every cat on neuron
+    # is a ConcatKernel; CPU never reads them.
+    config.max_pointwise_cat_inputs = 0
+    config.max_complex_pointwise_cat_inputs = 0
 
 
 def _apply_cache_settings() -> None:
@@ -208,5 +228,5 @@ def register() -> None:
         CppScheduling,
         NeuronPythonWrapperCodegen,
         CppWrapperCpu,
-        device_custom_pass=NeuronCodegenVersion(),
+        device_custom_pass=NeuronGraphPass(),
     )

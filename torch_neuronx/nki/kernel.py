@@ -115,7 +115,7 @@ class GridLaunch:
         return f"{self.kernel!r}[{', '.join(map(str, self.grid))}]"
 
 
-# torch_ops.call_wrapped, set when torch_ops is imported (it needs torch).
+# torch_ops._call, set when torch_ops is imported (it needs torch).
 _call_wrapped = None
 
 
@@ -456,6 +456,13 @@ def launch(
             "nki.benchmark or torch_neuronx.nki.estimate for them"
         )
     if tensors and all(_is_torch_tensor(x) for x in tensors):
+        if outs is None and any(_is_functional(x) for x in tensors):
+            # Called directly in an nki_op's body while AOTAutograd traces it
+            # (torch_ops.nki_op): launched through the torch ops, as
+            # wrap_nki(kernel) would be, so that the launch is in the graph.
+            from .torch_ops import call_wrapped
+
+            return call_wrapped(kernel, grid, *args, **kwargs)
         if any(_is_fake(x) for x in tensors):
             return _fake_results(ck, tensors) if outs is None else None
         return _run_torch(ck, tensors, outs)
@@ -464,6 +471,13 @@ def launch(
     raise NKIError(
         "an NKI kernel takes either torch tensors (all on one device) or NumPy arrays, not a mix"
     )
+
+
+def _is_functional(t) -> bool:
+    import torch
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(t, FunctionalTensor) or torch._is_functional_tensor(t)
 
 
 def _is_fake(t) -> bool:

@@ -98,7 +98,7 @@ def _launch_into_new_outputs(key, inputs, mutated) -> list[torch.Tensor]:
 
 # The ops return only the kernel's new results: an op's results must not
 # alias its arguments. Arguments the kernel returns are put back into its
-# result structure by the caller (_call_wrapped), as the objects passed in.
+# result structure by the caller (call_wrapped), as the objects passed in.
 @torch.library.custom_op("neuron_nki::call", mutates_args=())
 def nki_call(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """A kernel without mutable arguments."""
@@ -148,6 +148,29 @@ def call_wrapped(kernel: Kernel, grid: tuple, *args, **kwargs):
     return _unflatten(ck.result, list(new), tensor_args)
 
 
+def _call_with_nones(kernel: Kernel, grid: tuple, nones: tuple, *args, **kwargs):
+    """``call_wrapped`` with the arguments listed in ``nones`` (positions and
+    keyword names) set back to None (see ``_call``)."""
+    args = tuple(None if i in nones else a for i, a in enumerate(args))
+    kwargs = {k: None if k in nones else v for k, v in kwargs.items()}
+    return call_wrapped(kernel, grid, *args, **kwargs)
+
+
+def _call(kernel: Kernel, grid: tuple, *args, **kwargs):
+    """What ``wrap_nki(kernel)(*args)`` and ``wrap_nki(kernel)[grid](*args)``
+    call. Under torch.compile Dynamo traces this (dont_skip_tracing) and hands
+    ``_call_with_nones`` to AOTAutograd (nonstrict_trace), whose inputs must
+    be tensors, numbers, strings or containers of them: a None argument
+    (``bias=None``, common in kernels) crosses as 0, its position or name
+    listed in ``nones``."""
+    nones = tuple(i for i, a in enumerate(args) if a is None)
+    nones += tuple(k for k, v in kwargs.items() if v is None)
+    if nones:
+        args = tuple(0 if a is None else a for a in args)
+        kwargs = {k: 0 if v is None else v for k, v in kwargs.items()}
+    return _call_with_nones(kernel, grid, nones, *args, **kwargs)
+
+
 def wrap_nki(kernel):
     """Makes an NKI kernel callable as a PyTorch operator, eager and under
     ``torch.compile(fullgraph=True)``: ``wrap_nki(kernel)(a, b)``,
@@ -167,16 +190,96 @@ def nki_op(name: str, *, mutates_args=(), device_types=None, schema=None):
     kernels becomes the custom op ``torch.ops.ns.name`` (torch.library's
     custom_op: register_autograd, register_fake, torch.compile). Kernels
     called on fake tensors give fake results of their traced shapes, so the
-    function serves as its own fake implementation."""
+    function serves as its own fake implementation.
+
+    Under ``torch.compile`` the op is traced through, as TorchNeuron does (a
+    decomposition for AOTAutograd's functionalization): the graph holds the
+    kernel launches of its body, not an opaque call, so the body's mutations
+    are functionalized like any other (whatever the parameters are named)
+    and the launches are steps of the compiled program. Autograd formulas
+    registered with ``register_autograd`` still apply (autograd sees the op
+    before the decomposition).
+
+    Its results never alias its arguments (PyTorch's custom-op contract): a
+    result that is an argument (a kernel's ``return b`` for a mutated ``b``)
+    comes back as a copy of it, eager and compiled alike; the argument itself
+    is written in place."""
 
     def decorate(fn):
+        impl = _fresh_results(fn)
         op = torch.library.custom_op(
-            name, mutates_args=mutates_args, device_types=device_types, schema=schema
-        )(fn)
-        op.register_fake(fn)
+            name,
+            mutates_args=mutates_args,
+            device_types=device_types,
+            # The schema of `fn` itself (impl's is *args, **kwargs).
+            schema=schema or torch.library.infer_schema(fn, mutates_args=mutates_args),
+        )(impl)
+        op.register_fake(impl)
+        from torch._subclasses.functional_tensor import FunctionalTensorMode
+
+        op.register_torch_dispatch(FunctionalTensorMode, _traced_through(impl))
         return op
 
     return decorate
+
+
+def _fresh_results(fn):
+    """``fn`` with each result tensor that shares storage with an argument,
+    or with an earlier result, replaced by a copy: what a custom op may
+    return (torch.library checks it, and AOTAutograd relies on it)."""
+
+    @functools.wraps(fn)
+    def impl(*args, **kwargs):
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        result = fn(*args, **kwargs)
+        # After the call: functionalization gives a mutated argument new storage.
+        seen = {
+            _storage_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
+        }
+
+        def fresh(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            key = _storage_key(t)
+            if key in seen:
+                t = t.clone()
+                key = _storage_key(t)
+            seen.add(key)
+            return t
+
+        return tree_map(fresh, result)
+
+    return impl
+
+
+def _storage_key(t: torch.Tensor):
+    return t.untyped_storage()._cdata
+
+
+def _traced_through(impl):
+    """The op under FunctionalTensorMode (AOTAutograd, torch.compile): its
+    body, run in the mode, instead of the op — as torch.library's triton_op
+    does for Triton kernels. Without it the op stays one opaque node whose
+    mutations go through auto_functionalized, which cannot hold a parameter
+    named ``mode`` (upstream's redirect_to_mode takes ``mode`` itself) and
+    which keeps the launches out of the compiled program's view."""
+
+    def decompose(mode, op, types, args, kwargs):
+        from torch._subclasses.fake_tensor import FakeTensor
+        from torch._subclasses.functional_tensor import FunctionalTensor
+
+        # A tensor subclass the body may not know how to handle: let the
+        # op go through the mode's ordinary path.
+        if any(
+            not issubclass(t, FakeTensor) and t not in (torch.Tensor, FunctionalTensor)
+            for t in types
+        ):
+            return NotImplemented
+        with mode:
+            return impl(*args, **kwargs)
+
+    return decompose
 
 
 def _dynamo_support() -> None:
@@ -191,13 +294,14 @@ def _dynamo_support() -> None:
         from torch.utils._pytree import register_constant
     except ImportError:  # pragma: no cover - older torch
         return
-    global call_wrapped, wrap_nki
+    global _call, _call_with_nones, wrap_nki
     register_constant(Kernel)
-    call_wrapped = nonstrict_trace(call_wrapped)
+    _call_with_nones = nonstrict_trace(_call_with_nones)
+    _call = dont_skip_tracing(_call)
     WrappedKernel.__getitem__ = dont_skip_tracing(WrappedKernel.__getitem__)
     WrappedKernel.__call__ = dont_skip_tracing(WrappedKernel.__call__)
     wrap_nki = dont_skip_tracing(wrap_nki)
 
 
 _dynamo_support()
-_kernel_module._call_wrapped = call_wrapped
+_kernel_module._call_wrapped = _call
