@@ -159,8 +159,11 @@ def _partition_dim(shape) -> int:
     return 0
 
 
-def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
-    """A new tensor (undefined values) in ``buffer`` (SBUF by default)."""
+def ndarray(shape, dtype, buffer=None, name: str = "", **kwargs) -> View:
+    """A new tensor (undefined values) in ``buffer`` (SBUF by default).
+
+    NKI's signature, ``ndarray(shape, dtype, buffer, name)``: kernels pass the
+    buffer positionally (``nl.ndarray(shape, nl.float32, nl.shared_hbm)``)."""
     loc = user_location()
     t = current()
     b = _as_buffer(buffer)
