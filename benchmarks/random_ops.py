@@ -4,7 +4,9 @@ Neuron's random ops run the CPU's kernels on the host at the call (so they draw 
 CPU's numbers), then queue a copy of the numbers into device memory; dropout adds its
 arithmetic as device ops. This prints, per workload, the median time per call on each
 device (device work included: each timed block ends with a synchronisation) and the
-neuron/CPU ratio. Run from the repo root::
+neuron/CPU ratio. Each device is measured in a fresh child process per round (as
+gpt_step.py does: a process that has run OpenMP-parallel kernels from two threads
+slows both down), rounds alternating. Run from the repo root::
 
     python benchmarks/random_ops.py --iters 50
 """
@@ -12,7 +14,10 @@ neuron/CPU ratio. Run from the repo root::
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -59,20 +64,30 @@ def time_one(fn, device: str, iters: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
+def measure(device: str, iters: int) -> dict[str, float]:
+    torch.manual_seed(0)
+    return {name: time_one(fn, device, iters) for name, fn in workloads(device).items()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--one", help=argparse.SUPPRESS)  # child mode: one device, JSON out
     args = p.parse_args()
-    torch.manual_seed(0)
-    loads = {d: workloads(d) for d in ("cpu", "neuron")}
+    if args.one:
+        print(json.dumps(measure(args.one, args.iters)))
+        return
+    times: dict[str, list[dict[str, float]]] = {"cpu": [], "neuron": []}
+    for _ in range(args.rounds):  # alternating: the host's speed drifts
+        for d in ("cpu", "neuron"):
+            cmd = [sys.executable, __file__, "--one", d, "--iters", str(args.iters)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+            times[d].append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"{'workload':<24}{'cpu ms':>10}{'neuron ms':>12}{'neuron/cpu':>12}")
-    for name in loads["cpu"]:
-        times: dict[str, list[float]] = {"cpu": [], "neuron": []}
-        for _ in range(args.rounds):  # alternating: the host's speed drifts
-            for d in ("cpu", "neuron"):
-                times[d].append(time_one(loads[d][name], d, args.iters))
-        c, n = statistics.median(times["cpu"]), statistics.median(times["neuron"])
+    for name in times["cpu"][0]:
+        c = statistics.median(r[name] for r in times["cpu"])
+        n = statistics.median(r[name] for r in times["neuron"])
         print(f"{name:<24}{c * 1e3:>10.3f}{n * 1e3:>12.3f}{n / c:>12.2f}")
 
 

@@ -274,29 +274,6 @@ def _config_patches(mode: str | None, options: dict[str, Any]) -> tuple[dict[str
     return patches, captures
 
 
-# Random ops whose decomposition draws other numbers than their kernel even with
-# fallback_random: rrelu's draw one uniform per element, the CPU kernel (which
-# the eager op runs) one per non-positive element. Kept as eager calls.
-_KEPT_RANDOM_OPS = ("rrelu", "rrelu_with_noise_functional")
-
-
-def _decompositions(patches: dict[str, Any]) -> dict:
-    """Inductor's decomposition table under ``patches``, without the random ops that
-    must stay eager calls to draw eager mode's numbers."""
-    from torch._inductor import config
-    from torch._inductor.decomposition import select_decomp_table
-
-    with config.patch(patches):
-        table = dict(select_decomp_table())
-    if not patches.get("fallback_random"):
-        return table
-    return {
-        op: fn
-        for op, fn in table.items()
-        if getattr(op, "_opname", None) not in _KEPT_RANDOM_OPS
-    }
-
-
 def _dynamo_control_flow() -> tuple[type[BaseException], ...]:
     """What a backend must raise to Dynamo unchanged (``call_user_compiler`` in
     torch/_dynamo/output_graph.py re-raises them): a restart of its analysis (e.g.
@@ -345,13 +322,7 @@ def neuron_backend(
         return gm.forward
 
     def compile_graph(graph, inputs):
-        return compile_fx(
-            graph,
-            inputs,
-            config_patches=patches,
-            decompositions=_decompositions(patches),
-            **compile_kwargs,
-        )
+        return compile_fx(graph, inputs, config_patches=patches, **compile_kwargs)
 
     try:
         with cache_patch:

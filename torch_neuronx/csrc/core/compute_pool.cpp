@@ -71,4 +71,8 @@ void useOneThreadIfSmall(int64_t largest_numel) {
     setWorkerThreads(false);
 }
 
+void useOneThread() {
+  if (t_on_worker) setWorkerThreads(false);
+}
+
 }  // namespace torch_neuronx

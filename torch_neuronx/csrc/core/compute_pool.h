@@ -42,6 +42,12 @@ constexpr int64_t kSmallItemElements = 65536;
 // if its largest tensor is small (each item starts with every thread).
 void useOneThreadIfSmall(int64_t largest_numel);
 
+// On a stream worker, inside an item: one thread for the rest of the item,
+// whatever its size — for copies of host data in (memory-bound: a second
+// thread gains little, and its pool spins against the host thread that is
+// producing the next item's data; eager/random_op.cpp).
+void useOneThread();
+
 // Releases the calling thread's idle OpenMP pool, if it has one. Cheap when
 // it has none (a thread-local check inside the OpenMP runtime); does nothing
 // inside a parallel region or where the OpenMP runtime lacks
