@@ -34,11 +34,18 @@ constexpr uint64_t kMaxWordsPerDraw = uint64_t{1} << 44;
 
 // The mt19937 recurrence: the next 624 words of the state (the standard
 // algorithm, as at::mt19937 computes it when its words run out).
+// Three loops without a modulo, so that the compiler vectorises them:
+// counting a draw's words regenerates the state once per 624 words drawn.
+inline uint32_t mixed(uint32_t a, uint32_t b, uint32_t m) {
+  const uint32_t y = (a & at::UMASK) | (b & at::LMASK);
+  return m ^ (y >> 1) ^ ((0u - (y & 1u)) & at::MATRIX_A);
+}
+
 void regenerate(std::array<uint32_t, kN>& s) {
-  for (int i = 0; i < kN; ++i) {
-    const uint32_t y = (s[i] & at::UMASK) | (s[(i + 1) % kN] & at::LMASK);
-    s[i] = s[(i + kM) % kN] ^ (y >> 1) ^ ((y & 1u) ? at::MATRIX_A : 0u);
-  }
+  int i = 0;
+  for (; i < kN - kM; ++i) s[i] = mixed(s[i], s[i + 1], s[i + kM]);
+  for (; i < kN - 1; ++i) s[i] = mixed(s[i], s[i + 1], s[i + kM - kN]);
+  s[kN - 1] = mixed(s[kN - 1], s[0], s[kM - 1]);
 }
 
 // at::mt19937's operator() decrements left_ and regenerates when it reaches
