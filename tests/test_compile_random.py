@@ -109,3 +109,37 @@ def test_reduce_overhead_with_random_ops_matches_eager():
         eager = fn(x).cpu()
         torch.manual_seed(step)
         assert torch.equal(f(x).cpu(), eager)
+
+
+@pytest.mark.parametrize("backend", ["neuron", "aot_eager"])
+def test_activation_checkpointing_under_compile_replays_the_forward_draws(backend):
+    # AOTAutograd saves the device's RNG state around the recomputed random ops
+    # (run_and_save_rng_state / run_with_rng_state): upstream knows only built-in
+    # devices ("Backend not supported for neuron"); compile/rng_state_ops.py adds
+    # neuron. The recomputed dropout draws the forward's mask: gradients, and the
+    # generator's state afterwards, are the CPU's eager ones.
+    from torch.utils.checkpoint import checkpoint
+
+    def run(device, compiled):
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(32, 32, device=device)
+        x = torch.randn(16, 32, device=device, requires_grad=True)
+
+        def block(t):
+            return F.dropout(lin(t).relu(), 0.5, training=True) + torch.randn_like(t)
+
+        def f(t):
+            return checkpoint(block, t, use_reentrant=False).square().sum()
+
+        g = torch.compile(f, backend=backend, fullgraph=True) if compiled else f
+        y = g(x)
+        y.backward()
+        return y.detach().cpu(), x.grad.cpu(), lin.weight.grad.cpu(), torch.rand(3, device=device)
+
+    y, gx, gw, after = run("neuron", True)
+    y_cpu, gx_cpu, gw_cpu, after_cpu = run("cpu", False)
+    torch.testing.assert_close(y, y_cpu)
+    torch.testing.assert_close(gx, gx_cpu)
+    torch.testing.assert_close(gw, gw_cpu)
+    assert torch.equal((gx == 0), (gx_cpu == 0))
+    assert torch.equal(after.cpu(), after_cpu)

@@ -20,6 +20,15 @@ def install() -> None:
     on_import("torch._dynamo.trace_rules", _dynamo_skips_runtime)
     on_import("torch.compiler._cache", _register_program_artifacts)
     on_import("torch._inductor.codecache", _record_loaded_programs)
+    on_import("torch._prims.rng_prims", _add_neuron_rng_state_ops)
+
+
+def _add_neuron_rng_state_ops(module: ModuleType) -> None:
+    # AOTAutograd's RNG-state operators (activation checkpointing under
+    # torch.compile) know only built-in devices (compile/rng_state_ops.py).
+    from .rng_state_ops import register
+
+    register()
 
 
 def _register_program_artifacts(cache_module: ModuleType) -> None:
