@@ -49,7 +49,13 @@ class NeuronGraphPass(CustomGraphModulePass):
             gm.recompile()
 
     def uuid(self) -> str:
-        return f"torch_neuronx-inductor-wrapper-{CODEGEN_VERSION}"
+        # Whether ATen ops are routed to NKI kernels (nki/aten_routing.py) is
+        # decided while a graph is traced: a graph cached with the routing on
+        # must not serve a process that turned it off, and the reverse.
+        from ..nki import aten_routing
+
+        nki = "nki" if aten_routing.enabled() else "no-nki"
+        return f"torch_neuronx-inductor-wrapper-{CODEGEN_VERSION}-{nki}"
 
 
 Scheduling = CppScheduling

@@ -56,6 +56,20 @@ def _fused_sdp_choice(
     return _MATH  # the device's composite ops
 
 
+def _laid_out_like(t, ref):
+    """``t`` (contiguous, from a kernel) in ``ref``'s memory layout: what the
+    operators' meta kernels say (``empty_like(query)`` for the output and each
+    gradient) and compiled graphs check — TorchTitan's q/k/v are transposed views.
+    """
+    if ref.is_contiguous():
+        return t
+    order = sorted(range(ref.dim()), key=lambda d: -ref.stride(d))
+    laid = torch.empty([ref.shape[d] for d in order], dtype=t.dtype, device=t.device)
+    out = laid.permute([order.index(d) for d in range(ref.dim())])
+    out.copy_(t)
+    return out
+
+
 def _sdpa_forward(
     q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
 ):
@@ -66,14 +80,7 @@ def _sdpa_forward(
     B, H, S, D = q.shape
     scale = scale if scale is not None else 1.0 / math.sqrt(D)
     o, lse = kernels.flash_attention_fwd[B, H](q, k, v, softmax_scale=scale, causal=is_causal)
-    if not q.is_contiguous():
-        # The output has the query's memory layout (as the meta kernel says,
-        # which compiled graphs rely on).
-        order = sorted(range(4), key=lambda d: -q.stride(d))
-        laid = torch.empty([q.shape[d] for d in order], dtype=o.dtype, device=o.device)
-        out = laid.permute([order.index(d) for d in range(4)])
-        out.copy_(o)
-        o = out
+    o = _laid_out_like(o, q)
     # The rest as the meta kernel has them (compiled graphs check): no
     # variable-length offsets, 0-d seed and offset (no dropout).
     empty = torch.empty(0, device=q.device)
@@ -110,6 +117,7 @@ def _sdpa_backward(
     dq, dk, dv = kernels.flash_attention_bwd[B, k.shape[1]](
         q, k, v, out, grad_out, logsumexp, softmax_scale=scale, causal=is_causal
     )
+    dq, dk, dv = _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v)
     return dq, dk, dv, torch.empty(0, device=q.device)
 
 
