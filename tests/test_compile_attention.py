@@ -1,4 +1,5 @@
-"""Attention as TorchTitan compiles it: NKI-routed SDPA under torch.compile.
+"""Attention as TorchTitan compiles it: NKI-routed SDPA under torch.compile
+(``TORCH_NEURONX_SIMULATE_NKI_ATTENTION=1``: the flash kernels, as on Trainium).
 
 - Backward of transposed q/k/v views (TorchTitan's layout): the gradients have the
   layout the operator's meta kernel promises (``empty_like(query)``), which the
@@ -22,7 +23,8 @@ D = "neuron"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
+def _nki_attention(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_SIMULATE_NKI_ATTENTION", "1")
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -80,6 +82,7 @@ def test_disabling_the_nki_kernels_is_part_of_the_cache_key(tmp_path):
         **os.environ,
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
         "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
+        "TORCH_NEURONX_SIMULATE_NKI_ATTENTION": "1",
     }
 
     def run(disabled: str) -> str:
@@ -96,3 +99,6 @@ def test_disabling_the_nki_kernels_is_part_of_the_cache_key(tmp_path):
     assert "NKI True" in run("0")  # fills the cache with the kernels on
     assert "NKI False" in run("1")  # the warm cache does not bring them back
     assert "NKI True" in run("0")
+    # TORCH_NEURONX_SIMULATE_NKI_ATTENTION is part of the key too.
+    env.pop("TORCH_NEURONX_SIMULATE_NKI_ATTENTION")
+    assert "NKI False" in run("0")

@@ -185,7 +185,17 @@ def fresh_tracking():
     yield
 
 
-def test_sdpa_runs_the_flash_kernels_when_shapes_fit(fresh_tracking):
+@pytest.fixture
+def nki_attention(monkeypatch, fresh_tracking):
+    # Attention runs the flash kernels only when asked (the CPU's fused kernel
+    # computes it by default: nki/aten_routing.py).
+    monkeypatch.setenv("TORCH_NEURONX_SIMULATE_NKI_ATTENTION", "1")
+    torch._dynamo.reset()  # graphs traced with the other routing
+    yield
+    torch._dynamo.reset()
+
+
+def test_sdpa_runs_the_flash_kernels_when_shapes_fit(nki_attention):
     q = randn(2, 4, 256, 64).requires_grad_()
     k = randn(2, 2, 256, 64).requires_grad_()
     v = randn(2, 2, 256, 64).requires_grad_()
@@ -200,7 +210,7 @@ def test_sdpa_runs_the_flash_kernels_when_shapes_fit(fresh_tracking):
     assert {"nki::flash_attention_fwd", "nki::flash_attention_bwd"} <= nki_ops()
 
 
-def test_sdpa_keeps_the_query_layout(fresh_tracking):
+def test_sdpa_keeps_the_query_layout(nki_attention):
     x = randn(1, 128, 2, 32).to("neuron")  # (B, S, H, D) viewed as (B, H, S, D)
     q = x.transpose(1, 2)
     o = F.scaled_dot_product_attention(q, q, q)
@@ -212,7 +222,7 @@ def test_sdpa_keeps_the_query_layout(fresh_tracking):
 @pytest.mark.parametrize(
     "case", ["mask", "dropout", "seq_100", "head_256", "fp16", "causal_unequal"]
 )
-def test_sdpa_takes_math_when_shapes_do_not_fit(case, fresh_tracking):
+def test_sdpa_takes_math_when_shapes_do_not_fit(case, nki_attention):
     B, H, S, D, dtype = 1, 2, 128, 32, torch.float32
     kw = {}
     Sk = S
@@ -247,7 +257,24 @@ def test_sdpa_takes_math_when_shapes_do_not_fit(case, fresh_tracking):
     assert rel_err(o, ref) < (1e-2 if dtype == torch.float16 else 1e-5)
 
 
-def test_env_var_turns_the_routing_off(monkeypatch, fresh_tracking):
+def test_attention_runs_the_cpus_fused_kernel_by_default(monkeypatch, fresh_tracking):
+    # Shapes the flash kernels fit: without TORCH_NEURONX_SIMULATE_NKI_ATTENTION the
+    # CPU's fused kernel computes them, with the CPU's results bitwise.
+    monkeypatch.delenv("TORCH_NEURONX_SIMULATE_NKI_ATTENTION", raising=False)
+    q, k, v = (randn(2, 4, 256, 64).requires_grad_() for _ in range(3))
+    qn, kn, vn = (t.detach().to("neuron").requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qn, kn, vn, is_causal=True)
+    o.square().sum().backward()
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref.square().sum().backward()
+    assert not nki_ops()
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in torch_neuronx.get_executed_ops()
+    assert torch.equal(o.detach().cpu(), ref.detach())
+    for got, want in ((qn.grad, q.grad), (kn.grad, k.grad), (vn.grad, v.grad)):
+        assert torch.equal(got.cpu(), want)
+
+
+def test_env_var_turns_the_routing_off(monkeypatch, nki_attention):
     monkeypatch.setenv("TORCH_NEURONX_DISABLE_NKI_KERNELS", "1")
     q = randn(1, 2, 128, 32).to("neuron")
     F.scaled_dot_product_attention(q, q, q)
@@ -255,7 +282,7 @@ def test_env_var_turns_the_routing_off(monkeypatch, fresh_tracking):
     assert not nki_ops()
 
 
-def test_sdpa_under_compile_runs_the_flash_kernels(fresh_tracking):
+def test_sdpa_under_compile_runs_the_flash_kernels(nki_attention):
     q = randn(1, 2, 256, 64).to("neuron").requires_grad_()
 
     def f(q):

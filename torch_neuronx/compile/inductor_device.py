@@ -49,13 +49,15 @@ class NeuronGraphPass(CustomGraphModulePass):
             gm.recompile()
 
     def uuid(self) -> str:
-        # Whether ATen ops are routed to NKI kernels (nki/aten_routing.py) is
-        # decided while a graph is traced: a graph cached with the routing on
+        # Whether ATen ops are routed to NKI kernels (nki/aten_routing.py:
+        # TORCH_NEURONX_DISABLE_NKI_KERNELS, TORCH_NEURONX_SIMULATE_NKI_ATTENTION)
+        # is decided while a graph is traced: a graph cached with the routing on
         # must not serve a process that turned it off, and the reverse.
         from ..nki import aten_routing
 
         nki = "nki" if aten_routing.enabled() else "no-nki"
-        return f"torch_neuronx-inductor-wrapper-{CODEGEN_VERSION}-{nki}"
+        attention = "nki-attention" if aten_routing.simulates_attention() else "cpu-attention"
+        return f"torch_neuronx-inductor-wrapper-{CODEGEN_VERSION}-{nki}-{attention}"
 
 
 Scheduling = CppScheduling

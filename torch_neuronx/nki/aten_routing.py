@@ -12,8 +12,13 @@
   ``rmsnorm_fwd`` / ``rmsnorm_bwd`` over the last dimension.
 
 ``TORCH_NEURONX_DISABLE_NKI_KERNELS=1`` turns the routing off (read at each
-call). ``torch_neuronx.get_executed_ops()`` lists ``nki::<kernel>`` for each
-kernel that ran.
+call). Attention is routed only with ``TORCH_NEURONX_SIMULATE_NKI_ATTENTION=1``:
+on this simulator the flash kernels run tile by tile, 1.5-6x slower than the CPU's
+fused attention kernel, which computes SDPA by default (``csrc/ops/sdp_choice.cpp``:
+the same results as the CPU's; a TorchTitan debug-model step took 1.9 s with the
+kernels, 0.34 s without). The variable brings back the kernels' numerics and their
+cost in the profiler's estimate. ``torch_neuronx.get_executed_ops()`` lists
+``nki::<kernel>`` for each kernel that ran.
 """
 
 from __future__ import annotations
@@ -32,8 +37,14 @@ def enabled() -> bool:
     return os.environ.get("TORCH_NEURONX_DISABLE_NKI_KERNELS", "0") in ("", "0")
 
 
+def simulates_attention() -> bool:
+    """``TORCH_NEURONX_SIMULATE_NKI_ATTENTION=1``: SDPA runs the NKI flash kernels
+    (see the module docstring)."""
+    return os.environ.get("TORCH_NEURONX_SIMULATE_NKI_ATTENTION", "0") not in ("", "0")
+
+
 def _sdpa_fits(q, k, v, attn_mask, dropout_p, is_causal) -> bool:
-    if not enabled() or attn_mask is not None or dropout_p != 0.0:
+    if not enabled() or not simulates_attention() or attn_mask is not None or dropout_p != 0.0:
         return False
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return False
