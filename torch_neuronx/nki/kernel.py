@@ -459,10 +459,9 @@ def launch(
         if outs is None and any(_is_functional(x) for x in tensors):
             # Called directly in an nki_op's body while AOTAutograd traces it
             # (torch_ops.nki_op): launched through the torch ops, as
-            # wrap_nki(kernel) would be, so that the launch is in the graph.
-            from .torch_ops import call_wrapped
-
-            return call_wrapped(kernel, grid, *args, **kwargs)
+            # wrap_nki(kernel) would be, so that the launch is in the graph
+            # (_call_wrapped: set by torch_ops, which defines nki_op).
+            return _call_wrapped(kernel, grid, *args, **kwargs)
         if any(_is_fake(x) for x in tensors):
             return _fake_results(ck, tensors) if outs is None else None
         return _run_torch(ck, tensors, outs)
