@@ -64,10 +64,12 @@ def _register():
 
     distributed.register()
 
-    # 7. Libraries that do not know the device yet: safetensors' device names.
-    from . import safetensors_support
+    # 7. Libraries that do not know the device yet: safetensors' device names,
+    # FlexAttention's device list.
+    from . import flex_attention_support, safetensors_support
 
     safetensors_support.install()
+    flex_attention_support.install()
 
     # 8. NKI: `import nki` / `import neuronxcc.nki` when no real NKI is
     # installed (torch_neuronx_nki.pth does this at interpreter start too),

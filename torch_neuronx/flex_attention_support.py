@@ -1,0 +1,40 @@
+"""FlexAttention on ``neuron``: a compatibility shim.
+
+``torch.nn.attention.flex_attention`` checks its inputs' device against a fixed
+list (``_validate_device``: cuda, cpu, xpu, hpu, mps) and raises "FlexAttention is
+only supported on CUDA, CPU, HPU, or MPS devices. Found input tensors on neuron
+device" for every other one, although its eager path — the flex_attention
+higher-order operator's unfused implementation, forward and backward — is plain
+ATen ops that run on any device (upstream's TODO on the check: "Remove once non
+cuda/cpu devices support is added"). The shim admits neuron tensors to that path;
+other devices keep upstream's check. Eager only: compiled FlexAttention lowers to
+per-device templates, and the CPU's (which neuron's compiled graphs would use) has
+no backward.
+
+TorchTitan's newer language models use FlexAttention; TorchNeuron documents only
+no-mask and causal attention, so this goes beyond the vendor.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+from ._import_hooks import on_import
+
+
+def _admit_neuron(flex: ModuleType) -> None:
+    upstream = flex._validate_device
+
+    @functools.wraps(upstream)
+    def validate_device(query, key, value) -> None:
+        if query.device.type == "neuron":
+            return  # the unfused path runs on neuron, forward and backward
+        upstream(query, key, value)
+
+    flex._validate_device = validate_device
+
+
+def install() -> None:
+    """Called once when torch_neuronx loads."""
+    on_import("torch.nn.attention.flex_attention", _admit_neuron)
