@@ -5,8 +5,8 @@
 # The pytest suites run as two pytest sessions side by side (one per CPU): the
 # tests that start torch.distributed jobs (ranks in their own interpreters; the
 # only ones that create shared-memory segments, which some of them check are
-# gone afterwards), plus test_compile.py to even out the two, in one; everything
-# else in the other. Each prints its own report; the multi-process one is printed
+# gone afterwards), plus test_compile.py and the TorchTitan runs to even out
+# the two, in one; everything else in the other. Each prints its own report; the multi-process one is printed
 # when both are done. Extra arguments are pytest options for both sessions. On a
 # single CPU, one session runs all.
 #
@@ -21,7 +21,7 @@ echo "== ctest (runtime)"
 ctest --test-dir build/runtime --output-on-failure
 echo "== pytest"
 MULTI_PROCESS=(tests/test_distributed_*.py tests/test_hf_ecosystem.py tests/test_rng_tensor_modes.py
-  tests/test_compile.py)
+  tests/test_compile.py tests/test_torchtitan.py)
 # A representative part of the suite again with adaptive eager on (training
 # loops, streams and events, RNG, autocast, device errors, memory, Hugging Face
 # models, NKI and SDPA routing, DDP/FSDP2 on 2 ranks, the OpInfo differential

@@ -65,11 +65,12 @@ def _register():
     distributed.register()
 
     # 7. Libraries that do not know the device yet: safetensors' device names,
-    # FlexAttention's device list.
-    from . import flex_attention_support, safetensors_support
+    # FlexAttention's device list, TorchTitan's unconditional Triton import.
+    from . import flex_attention_support, safetensors_support, torchtitan_support
 
     safetensors_support.install()
     flex_attention_support.install()
+    torchtitan_support.install()
 
     # 8. NKI: `import nki` / `import neuronxcc.nki` when no real NKI is
     # installed (torch_neuronx_nki.pth does this at interpreter start too),
