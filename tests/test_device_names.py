@@ -18,14 +18,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
+from bounded_job import clean_env, run_bounded
 
 N = torch.neuron
 COUNT = N.device_count()
@@ -238,27 +236,12 @@ if __name__ == "__main__":
 def _run_spawn_job(tmp_path, visible: bool) -> list[dict]:
     script = tmp_path / "spawn_job.py"
     script.write_text(textwrap.dedent(SPAWN_JOB))
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NEURON_", "TORCH_NEURONX_")) and "LOCAL_" not in k
-    }
-    # A session of its own: on a timeout the whole job (the spawned ranks too) is killed.
-    p = subprocess.Popen(
+    out, _ = run_bounded(
         [sys.executable, str(script), str(tmp_path / "store"), "1" if visible else "0"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        env=clean_env(drop_local=True),
+        timeout=200,
+        what="spawned job",
     )
-    try:
-        out, err = p.communicate(timeout=200)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        raise AssertionError(f"spawned job timed out\n{out}\n{err[-4000:]}") from None
-    assert p.returncode == 0, out + err[-6000:]
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     return json.loads(line[len("RESULT ") :])
 

@@ -8,8 +8,6 @@ model and tokenizer is tiny and built in code; nothing is downloaded.
 
 import copy
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -20,6 +18,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 import pytest
 import torch
 import torch.nn.functional as F
+from bounded_job import clean_env, run_bounded
 from datasets import Dataset
 from hf_tiny import bert_dir, llama_tokenizer, tiny_llama
 from transformers import LlamaForCausalLM
@@ -136,29 +135,9 @@ def test_accelerate_launch_one_process(tmp_path):
     launcher = Path(sys.executable).with_name("accelerate")
     cmd = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "accelerate"]
     cmd += ["launch", "--num_processes", "1", "--mixed_precision", "bf16", str(script)]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NEURON_", "TORCH_NEURONX_", "ACCELERATE_"))
-    }
-    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")  # no user config
-    # A session of its own, so a timeout ends the launched script as well.
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"accelerate launch timed out\n{out}\n{err}")
-    assert proc.returncode == 0, f"{out}\n{err}"
+    # No user config: a home of its own, offline.
+    env = clean_env("ACCELERATE_", HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
+    out, _ = run_bounded(cmd, env=env, timeout=180, cwd=tmp_path, what="accelerate launch")
     line = next(s for s in out.splitlines() if s.startswith("RESULT"))
     _, device, nproc, precision, param, dtype, _ = line.split()
     assert (device, nproc, precision) == ("neuron", "1", "bf16")

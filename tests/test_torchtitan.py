@@ -14,17 +14,15 @@ answers that import for its one module when Triton is not installed.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import signal
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from bounded_job import clean_env, run_bounded
 
 pytest.importorskip("torchtitan")
 tokenizers = pytest.importorskip("tokenizers")
@@ -118,12 +116,8 @@ def _free_port() -> int:
 
 def train(assets: Path, device: str, *args: str) -> list[float]:
     """The losses of a single-process torchtitan.train run on ``device``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NEURON_", "TORCH_NEURONX_")) and "LOCAL_" not in k
-    }
-    env.update(
+    env = clean_env(
+        drop_local=True,
         TT_DEVICE=device,
         WORLD_SIZE="1",
         RANK="0",
@@ -132,24 +126,11 @@ def train(assets: Path, device: str, *args: str) -> list[float]:
         MASTER_PORT=str(_free_port()),
     )
     cmd = [sys.executable, str(assets / "runner.py"), "--job.config_file", str(assets / "job.toml")]
-    # A session of its own: on a timeout the whole job is killed.
-    p = subprocess.Popen(
-        [*cmd, *args],
-        cwd=assets,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    out, err = run_bounded(
+        [*cmd, *args], env=env, timeout=600, cwd=assets, what=f"torchtitan.train on {device}"
     )
-    try:
-        out, _ = p.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        raise AssertionError(f"torchtitan.train on {device} timed out\n{out[-4000:]}") from None
+    out = out + err  # TorchTitan logs to stderr
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
-    assert p.returncode == 0, out[-6000:]
     losses = [float(x) for x in re.findall(r"step:\s+\d+\s+loss:\s+([0-9.]+)", out)]
     assert len(losses) == STEPS, out[-4000:]
     return losses
