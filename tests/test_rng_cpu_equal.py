@@ -286,6 +286,23 @@ def test_a_state_restores_in_another_generator_and_far_from_the_start():
     assert torch.equal(torch.rand(1000, generator=cpu), expected)
 
 
+def test_restoring_a_state_of_another_seed_forgets_the_old_streams_positions():
+    g = torch.Generator(device=D).manual_seed(1)
+    torch.rand(6_000_000, device=D, generator=g)
+    seed_1_late = g.get_state()  # seed 1, 6M words in
+    g.manual_seed(2)
+    torch.rand(9_000_000, device=D, generator=g)  # positions of seed 2's stream
+    g.set_state(seed_1_late)  # back to seed 1, exactly
+    # An offset of seed 1 below the current one, never handed out: reached from
+    # seed 1's start, not from a position the generator passed in seed 2's stream.
+    state = seed_1_late.clone()
+    state[8:].view(torch.int64).fill_(5_000_000)
+    g.set_state(state)
+    cpu = torch.Generator().manual_seed(1)
+    torch.rand(5_000_000, generator=cpu)
+    assert torch.equal(torch.rand(20, device=D, generator=g).cpu(), torch.rand(20, generator=cpu))
+
+
 def test_every_device_draws_the_cpus_numbers(two_devices):
     torch.manual_seed(6)
     a = torch.randn(20, device="neuron:0").cpu()

@@ -199,6 +199,10 @@ void NeuronGeneratorImpl::restore(uint64_t seed, uint64_t offset) {
   if (seed == current_seed() && offset == offset_) return;
   for (const Snapshot& s : recent_)
     if (s.seed == seed && s.offset == offset) {
+      if (seed != current_seed()) {  // the milestones were another stream's
+        milestones_.clear();
+        milestone_step_ = kFirstMilestoneStep;
+      }
       at::mt19937 engine;
       engine.set_data(s.engine);
       g->set_engine(engine);
