@@ -6,6 +6,7 @@
 
 #include "eager/ivalue_tensors.h"
 #include "eager/op_args.h"
+#include "eager/random_op.h"
 
 namespace torch_neuronx {
 namespace {
@@ -50,12 +51,7 @@ void buildCpuArgs(CpuCall& call, const std::vector<IValue>& args,
   call.args.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const IValue& v = args[i];
-    const auto& arg = schema.arguments()[i];
-    const c10::TypePtr& type = arg.type();
-    const c10::TypePtr& inner = type->kind() == c10::TypeKind::OptionalType
-                                    ? type->containedType(0)
-                                    : type;
-    TORCH_INTERNAL_ASSERT(inner->kind() != c10::TypeKind::GeneratorType,
+    TORCH_INTERNAL_ASSERT(!isGeneratorArgument(schema.arguments()[i]),
                           traits.name, ": random ops take random_op.h's path");
     if (fresh_out_args && traits.arg_is_out[i] && v.isTensor()) {
       call.args.push_back(call.record(

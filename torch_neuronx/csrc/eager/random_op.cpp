@@ -9,26 +9,16 @@
 #include <string>
 #include <utility>
 
-#include "core/compute_pool.h"
 #include "core/generator.h"
-#include "core/stream.h"
 #include "eager/cpu_alias.h"
 #include "eager/ivalue_tensors.h"
 #include "eager/op_args.h"
-#include "eager/synchronous_op.h"  // placeCpuResults
+#include "eager/synchronous_op.h"  // placeCpuResults, queueHostCopies
 
 namespace torch_neuronx {
 namespace {
 
 using c10::IValue;
-
-bool isGeneratorArgument(const c10::Argument& arg) {
-  const c10::TypePtr& type = arg.type();
-  const c10::TypePtr& inner = type->kind() == c10::TypeKind::OptionalType
-                                  ? type->containedType(0)
-                                  : type;
-  return inner->kind() == c10::TypeKind::GeneratorType;
-}
 
 // Tensor, Tensor?, Tensor[], Tensor?[].
 bool holdsTensors(const c10::TypePtr& type) {
@@ -67,6 +57,14 @@ at::Tensor standIn(const at::Tensor& t) {
 constexpr int64_t kLargeDrawElements = int64_t{1} << 18;
 
 }  // namespace
+
+bool isGeneratorArgument(const c10::Argument& arg) {
+  const c10::TypePtr& type = arg.type();
+  const c10::TypePtr& inner = type->kind() == c10::TypeKind::OptionalType
+                                  ? type->containedType(0)
+                                  : type;
+  return inner->kind() == c10::TypeKind::GeneratorType;
+}
 
 void classifyRandomOp(const c10::FunctionSchema& schema, OpTraits& traits) {
   const auto& args = schema.arguments();
@@ -143,13 +141,7 @@ void runRandomOp(const c10::OperatorHandle& op, OpTraits& traits,
       copies->add(dst);
       copies->keep(cpu);
     }
-    const size_t n = written.size();
-    launch(device, traits.name.c_str(), [copies, n] {
-      c10::InferenceMode guard;
-      useOneThread();  // a copy (core/compute_pool.h)
-      AliasPlan::Built t = copies->build();
-      for (size_t k = 0; k < n; ++k) t[2 * k].copy_(t[2 * k + 1]);
-    });
+    queueHostCopies(device, traits.name.c_str(), copies, written.size());
   }
   std::vector<IValue> outs = placeCpuResults(schema, traits, args, cpu_stack,
                                              device, /*copy_out_args=*/false);

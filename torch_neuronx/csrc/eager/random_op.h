@@ -23,6 +23,9 @@
 
 namespace torch_neuronx {
 
+// A `Generator` or `Generator?` argument.
+bool isGeneratorArgument(const c10::Argument& arg);
+
 // Sets traits.draws_random and traits.random_reads_values from the schema.
 void classifyRandomOp(const c10::FunctionSchema& schema, OpTraits& traits);
 

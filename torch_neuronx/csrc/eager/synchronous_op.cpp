@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "core/compute_pool.h"
 #include "core/storage.h"
 #include "core/stream.h"
 #include "eager/cpu_alias.h"
@@ -77,14 +78,19 @@ std::vector<IValue> placeCpuResults(const c10::FunctionSchema& schema,
       outs.push_back(mapTensors(r, place));
     }
   }
-  if (num_copies > 0) {
-    launch(device, "copy_results", [copies, num_copies] {
-      c10::InferenceMode guard;
-      AliasPlan::Built t = copies->build();
-      for (size_t i = 0; i < num_copies; ++i) t[2 * i].copy_(t[2 * i + 1]);
-    });
-  }
+  if (num_copies > 0)
+    queueHostCopies(device, "copy_results", copies, num_copies);
   return outs;
+}
+
+void queueHostCopies(c10::DeviceIndex device, const char* label,
+                     std::shared_ptr<AliasPlan> copies, size_t pairs) {
+  launch(device, label, [copies = std::move(copies), pairs] {
+    c10::InferenceMode guard;
+    useOneThread();
+    AliasPlan::Built t = copies->build();
+    for (size_t i = 0; i < pairs; ++i) t[2 * i].copy_(t[2 * i + 1]);
+  });
 }
 
 void runSynchronously(const c10::OperatorHandle& op, OpTraits& traits,

@@ -9,8 +9,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <memory>
 #include <vector>
 
+#include "eager/cpu_alias.h"
 #include "eager/op_traits.h"
 
 namespace torch_neuronx {
@@ -30,6 +32,14 @@ std::vector<c10::IValue> placeCpuResults(const c10::FunctionSchema& schema,
                                          const torch::jit::Stack& results,
                                          c10::DeviceIndex device,
                                          bool copy_out_args);
+
+// Queues one item that copies host tensors into device tensors: `copies`
+// holds `pairs` (device tensor, host tensor) pairs, each recorded with add()
+// then keep(). The item runs on one worker thread (core/compute_pool.h: a
+// copy is memory-bound, and a second thread's pool would spin against the
+// host thread that produces the next item's data).
+void queueHostCopies(c10::DeviceIndex device, const char* label,
+                     std::shared_ptr<AliasPlan> copies, size_t pairs);
 
 // `dst` (a device out= argument) resized to the CPU kernel's result `cpu`,
 // with its strides where the result is dense (the layout CUDA's kernel
