@@ -3,7 +3,8 @@ clear_op_tracking.
 
 After clear_op_tracking(), get_executed_ops() lists the ATen ops called on neuron
 tensors, composite ones included (full, ones, clone, new_empty, linear, ...), with
-their overload names; get_fallback_ops() stays empty because nothing falls back.
+their overload names; get_fallback_ops() lists the ops the host computed instead of the
+device (random ops: drawn on the host, as the CPU draws them).
 """
 
 import os
@@ -50,6 +51,20 @@ def test_composite_and_kernel_ops_are_listed(tracking):
         "aten::linear",
     }
     assert expected <= ops, sorted(expected - ops)
+    assert torch_neuronx.get_fallback_ops() == []
+
+
+def test_random_ops_are_the_fallbacks(tracking):
+    x = torch.ones(64, 64, device=DEV)
+    (x * 2).sum()
+    assert torch_neuronx.get_fallback_ops() == []
+    torch.randn(8, device=DEV)
+    torch.nn.functional.dropout(x, 0.5)
+    torch.ones(4, device=DEV).uniform_()
+    fallbacks = torch_neuronx.get_fallback_ops()
+    assert {"aten::normal_", "aten::bernoulli_.float", "aten::uniform_"} <= set(fallbacks)
+    assert not [op for op in fallbacks if op.startswith(("aten::mul", "aten::sum"))]
+    torch_neuronx.clear_op_tracking()
     assert torch_neuronx.get_fallback_ops() == []
 
 

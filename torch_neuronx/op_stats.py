@@ -32,9 +32,12 @@ def get_executed_ops() -> list[str]:
 
 
 def get_fallback_ops() -> list[str]:
-    """Ops that could only run by copying their inputs to the host and back.
+    """Ops the host computed instead of the device, their results copied to the device
+    (TorchNeuron's CPU fallbacks), named as :func:`get_executed_ops` names them.
 
-    Each such op also warns once. An empty list means every op ran on device memory.
+    On neuron these are the random ops (``aten::normal_``, ``aten::bernoulli_.float``,
+    ...): the host draws their numbers with the CPU's generator, so that they equal the
+    CPU's. Every other op runs as device work.
     """
     _track()
     return list(_C._get_fallback_ops())

@@ -13,7 +13,6 @@ namespace {
 std::mutex g_mu;
 std::set<std::string> g_executed;
 std::set<std::string> g_fallback;
-std::set<std::string> g_warned;
 // Starts at 1 so that a zero-initialised `seen` means "not yet recorded".
 std::atomic<uint32_t> g_generation{1};
 
@@ -72,18 +71,9 @@ void noteExecutedOnce(const char* op_name, std::atomic<uint32_t>& seen) {
   seen.store(gen, std::memory_order_relaxed);
 }
 
-void noteFallback(const std::string& op_name, const std::string& why) {
-  bool warn;
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    g_fallback.insert(op_name);
-    warn = g_warned.insert(op_name).second;
-  }
-  if (warn)
-    TORCH_WARN("neuron: ", op_name,
-               " ran through a host round trip (inputs copied to the host and "
-               "results back): ",
-               why);
+void noteFallback(const std::string& op_name) {
+  std::lock_guard<std::mutex> g(g_mu);
+  g_fallback.insert(op_name);
 }
 
 std::vector<std::string> executedOps() {

@@ -1,4 +1,6 @@
-// Which operators ran on the device, and which needed a host round trip.
+// Which operators ran on the device, and which the host computed instead
+// (TorchNeuron's CPU fallbacks: the op ran on the CPU, its results were copied
+// to the device).
 // torch_neuronx.get_executed_ops() / get_fallback_ops() read these.
 #pragma once
 
@@ -14,8 +16,11 @@ void noteExecuted(const std::string& op_name);
 // Cheap form for hot paths: records the op unless `seen` already equals the
 // current generation (bumped by clearOpStats()).
 void noteExecutedOnce(const char* op_name, std::atomic<uint32_t>& seen);
-// Records a host round-trip op; warns once per op.
-void noteFallback(const std::string& op_name, const std::string& why);
+// Records an op the host computed outside device work: random ops, drawn on
+// the host so that they give the CPU's numbers (eager/random_op.h). Silent: a
+// model with dropout would otherwise warn on every run; the list is there to
+// be read, as TorchNeuron's is.
+void noteFallback(const std::string& op_name);
 
 // From now on, also records every operator the dispatcher sees called with
 // neuron tensors or the neuron device — composite ones (aten::full,

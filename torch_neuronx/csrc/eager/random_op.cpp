@@ -13,6 +13,7 @@
 #include "eager/cpu_alias.h"
 #include "eager/ivalue_tensors.h"
 #include "eager/op_args.h"
+#include "eager/op_stats.h"
 #include "eager/synchronous_op.h"  // placeCpuResults, queueHostCopies
 
 namespace torch_neuronx {
@@ -134,6 +135,12 @@ void runRandomOp(const c10::OperatorHandle& op, OpTraits& traits,
     c10::ParallelGuard serial(largest < kLargeDrawElements);
     op.callBoxed(cpu_stack);
   }
+  // The host computed it: TorchNeuron's CPU fallback (get_fallback_ops(),
+  // named with the overload as get_executed_ops() names ops).
+  const c10::OperatorName& name = schema.operator_name();
+  noteFallback(name.overload_name.empty()
+                   ? name.name
+                   : name.name + "." + name.overload_name);
   if (!written.empty()) {
     auto copies = std::make_shared<AliasPlan>();
     for (auto& [dst, cpu] : written) {
