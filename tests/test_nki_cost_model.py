@@ -82,8 +82,24 @@ def test_trainium1_parameters():
     t1 = tnki.estimate(matmuls, spec(128, 512), 8, target="trn1")
     assert t1.target == "trn1"
     assert t1.busy_us["tensor"] == pytest.approx(t2.busy_us["tensor"] * 2.4 / 2.8)
-    with pytest.raises(ValueError, match="unknown target"):
+    with pytest.raises(ValueError, match=r"unknown target 'trn9' \(valid: trn1, trn2, trn3\)"):
         tnki.estimate(matmuls, spec(128, 512), 8, target="trn9")
+
+
+def test_targets_come_from_the_runtime_table():
+    table = tnki.hardware_targets()
+    assert list(table) == ["trn1", "trn2", "trn3"]
+    assert tnki.default_target() == "trn2"
+    assert tnki.estimate(matmuls, spec(128, 512), 8).target == "trn2"
+    # Each target's estimate follows its own clocks (NeuronCore-v4's Tensor
+    # engine runs at NeuronCore-v3's 2.4 GHz).
+    t2 = tnki.estimate(matmuls, spec(128, 512), 8)
+    for name, hw in table.items():
+        p = tnki.estimate(matmuls, spec(128, 512), 8, target=name)
+        assert p.target == name
+        assert p.busy_us["tensor"] == pytest.approx(
+            t2.busy_us["tensor"] * table["trn2"]["tensor_ghz"] / hw["tensor_ghz"]
+        )
 
 
 def test_benchmark_result_in_nki_form():

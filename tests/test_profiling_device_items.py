@@ -3,6 +3,9 @@ device items: categories, estimates, children and details, in
 ``_C._profiler_items()`` and in the exported chrome trace."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import neuronxcc.nki.isa as nisa
@@ -119,6 +122,34 @@ def test_nki_kernel_estimate_follows_the_profiler_target(operand):
     want = tnki.estimate(matmul_exp, operand, 4, target="trn1")
     assert kernel["estimate_ns"] == round(want.total_us * 1e3)
     assert kernel["estimate_ns"] != round(tnki.estimate(matmul_exp, operand, 4).total_us * 1e3)
+
+
+def test_profiler_targets_are_the_hardware_table():
+    with pytest.raises(ValueError, match=r"unknown target 'trn9' \(valid: trn1, trn2, trn3\)"):
+        torch_neuronx._C._profiler_set_target("trn9")
+    lnc = torch.neuron.get_device_properties(0).physical_cores_per_logical_core
+    table = tnki.hardware_targets()
+    try:
+        for name, hw in table.items():
+            torch_neuronx._C._profiler_set_target(name)
+            t = torch_neuronx._C._profiler_target()
+            cores = lnc if hw["logical_cores"] else 1
+            assert t["name"] == name and t["physical_cores_per_device"] == cores
+            assert t["hbm_bytes_per_ns"] == pytest.approx(
+                hw["hbm_gb_per_s"] / hw["cores_per_chip"] * cores
+            )
+    finally:
+        torch_neuronx._C._profiler_set_target("trn2")
+
+
+def test_an_unknown_profile_target_in_the_environment_fails_at_first_use():
+    code = "import torch, torch_neuronx; torch.ones(1, device='neuron')"
+    env = dict(os.environ, TORCH_NEURONX_PROFILE_TARGET="trn9")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "TORCH_NEURONX_PROFILE_TARGET: unknown target 'trn9' (valid: trn1, trn2, trn3)" in (
+        r.stderr
+    )
 
 
 def test_compiled_program_is_one_item_with_steps(tmp_path):

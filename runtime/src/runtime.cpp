@@ -7,6 +7,7 @@
 #include <string>
 
 #include "neuron_runtime/status.h"
+#include "neuron_runtime/trainium_estimate.h"
 
 namespace neuron_rt {
 namespace {
@@ -49,7 +50,9 @@ Runtime& Runtime::get() {
                  [] { pthread_atfork(nullptr, nullptr, markChildAfterFork); });
   // Leaked deliberately: worker threads may still be running items while
   // static destructors run at exit.
-  Runtime* r = new Runtime(Topology::configFromEnv());
+  TopologyConfig config = Topology::configFromEnv();
+  trainiumModel();  // TORCH_NEURONX_PROFILE_TARGET, checked with the rest
+  Runtime* r = new Runtime(config);
   g_runtime.store(r, std::memory_order_release);
   return *r;
 }

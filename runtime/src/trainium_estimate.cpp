@@ -4,57 +4,75 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <string>
+
+#include "neuron_runtime/status.h"
 
 namespace neuron_rt {
 
-// Trainium2: 667 dense bf16 TFLOPS, 181 fp32 TFLOPS, 2.9 TB/s HBM and
-// 1.28 TB/s of NeuronLink per chip of 8 NeuronCore-v3; engines at the NKI
-// cost model's clocks (Vector 0.96 GHz x 128 lanes, Scalar alongside).
-const TrainiumModel& trn2Model() {
-  static const TrainiumModel m{"trn2",         667e3 / 8,  181e3 / 8,
-                               2 * 128 * 0.96, 2900.0 / 8, 1280.0 / 8,
-                               2000.0,         2000.0};
-  return m;
-}
-
-// Trainium1: 190 bf16 TFLOPS, 47.5 fp32 TFLOPS, 820 GB/s HBM and 384 GB/s of
-// NeuronLink-v2 per chip of 2 NeuronCore-v2; Vector engine at 1.12 GHz.
-const TrainiumModel& trn1Model() {
-  static const TrainiumModel m{"trn1",    190e3 / 2, 47.5e3 / 2, 2 * 128 * 1.12,
-                               820.0 / 2, 384.0 / 2, 2000.0,     2000.0};
-  return m;
-}
-
 namespace {
+
+// A lane per SBUF partition: 128 elements per cycle on each engine.
+constexpr double kLanes = 128;
+
+TrainiumModel modelOf(const HardwareSpec& s) {
+  const double cores = s.cores_per_chip;
+  TrainiumModel m;
+  m.target = s.target;
+  m.name = s.name;
+  m.tensor_bf16_flops_per_ns = s.tensor_bf16_tflops * 1e3 / cores;
+  m.tensor_fp32_flops_per_ns = s.tensor_fp32_tflops * 1e3 / cores;
+  // The Vector and Scalar engines side by side, both counted at the Vector
+  // engine's clock.
+  m.vector_elems_per_ns = 2 * kLanes * s.vector_ghz;
+  m.hbm_bytes_per_ns = s.hbm_gb_per_s / cores;  // GB/s = bytes/ns
+  m.link_bytes_per_ns = s.link_gb_per_s / cores;
+  m.fixed_ns = s.dma_latency_ns;
+  m.hop_latency_ns = s.hop_latency_ns;
+  return m;
+}
+
+const TrainiumModel* models() {
+  static const auto* table = [] {
+    auto* t = new TrainiumModel[kTargets];
+    for (int k = 0; k < kTargets; ++k)
+      t[k] = modelOf(hardwareSpec(static_cast<Target>(k)));
+    return t;
+  }();
+  return table;
+}
 
 std::atomic<const TrainiumModel*>& selected() {
   static std::atomic<const TrainiumModel*> m{[] {
     const char* env = std::getenv("TORCH_NEURONX_PROFILE_TARGET");
-    if (env && std::string(env) == "trn1") return &trn1Model();
-    return &trn2Model();
+    if (!env || !*env) return &trainiumModel(kDefaultTarget);
+    try {
+      return &trainiumModel(parseTarget(env));
+    } catch (const Error& e) {
+      throw Error(Status::kInvalidConfig,
+                  std::string("TORCH_NEURONX_PROFILE_TARGET: ") + e.what());
+    }
   }()};
   return m;
 }
 
 }  // namespace
 
+const TrainiumModel& trainiumModel(Target target) {
+  return models()[static_cast<int>(target)];
+}
+
 const TrainiumModel& trainiumModel() {
   return *selected().load(std::memory_order_relaxed);
 }
 
-bool setTrainiumTarget(const std::string& name) {
-  if (name == "trn2")
-    selected().store(&trn2Model());
-  else if (name == "trn1")
-    selected().store(&trn1Model());
-  else
-    return false;
-  return true;
+void setTrainiumTarget(Target target) {
+  selected().store(&trainiumModel(target));
 }
 
 TrainiumModel logicalCoreModel(const TrainiumModel& m, int physical_cores) {
   TrainiumModel out = m;
-  if (m.name == "trn1" || physical_cores <= 1) return out;
+  if (!hardwareSpec(m.target).logical_cores || physical_cores <= 1) return out;
   const double k = physical_cores;
   out.tensor_bf16_flops_per_ns *= k;
   out.tensor_fp32_flops_per_ns *= k;

@@ -124,7 +124,7 @@ TEST(TraceNotes, RunningItemEstimateAndEngineChildren) {
 }
 
 TEST(TrainiumEstimate, RooflineTakesTheLongerSidePlusLatency) {
-  const TrainiumModel& m = trn2Model();
+  const TrainiumModel& m = trainiumModel(Target::kTrn2);
   // Memory-bound: 1 MB of traffic, few flops.
   const double bytes = 1 << 20;
   EXPECT_EQ(rooflineNs(1, bytes, false, 4, m),
@@ -141,12 +141,13 @@ TEST(TrainiumEstimate, RooflineTakesTheLongerSidePlusLatency) {
   const TrainiumModel lnc2 = logicalCoreModel(m, 2);
   EXPECT_NEAR(rooflineNs(flops, 1, true, 2, lnc2) - m.fixed_ns,
               (bf16 - m.fixed_ns) / 2.0, 1);
-  EXPECT_EQ(logicalCoreModel(trn1Model(), 2).tensor_bf16_flops_per_ns,
-            trn1Model().tensor_bf16_flops_per_ns);
+  const TrainiumModel& trn1 = trainiumModel(Target::kTrn1);
+  EXPECT_EQ(logicalCoreModel(trn1, 2).tensor_bf16_flops_per_ns,
+            trn1.tensor_bf16_flops_per_ns);
 }
 
 TEST(TrainiumEstimate, CollectivesGrowWithRanksAndBytes) {
-  const TrainiumModel& m = trn2Model();
+  const TrainiumModel& m = trainiumModel(Target::kTrn2);
   EXPECT_EQ(collectiveNs(CollectiveShape::kAllReduce, 1 << 20, 1, m),
             static_cast<int64_t>(m.fixed_ns));  // one rank: nothing to send
   const int64_t two = collectiveNs(CollectiveShape::kAllReduce, 1 << 20, 2, m);
@@ -160,10 +161,11 @@ TEST(TrainiumEstimate, CollectivesGrowWithRanksAndBytes) {
 }
 
 TEST(TrainiumEstimate, TargetSelection) {
-  const std::string before = trainiumModel().name;
-  EXPECT_TRUE(setTrainiumTarget("trn1"));
+  const Target before = trainiumModel().target;
+  setTrainiumTarget(Target::kTrn1);
+  EXPECT_EQ(trainiumModel().target, Target::kTrn1);
   EXPECT_EQ(trainiumModel().name, "trn1");
-  EXPECT_FALSE(setTrainiumTarget("trn9"));
-  EXPECT_EQ(trainiumModel().name, "trn1");
-  EXPECT_TRUE(setTrainiumTarget(before));
+  setTrainiumTarget(Target::kTrn3);
+  EXPECT_EQ(trainiumModel().name, "trn3");
+  setTrainiumTarget(before);
 }

@@ -18,7 +18,7 @@ import numpy as np
 from . import dtypes as dt
 from . import tracer as tr
 from .errors import NKIError
-from .profile import KernelProfile
+from .profile import KernelProfile, default_target
 from .typing import TensorSpec, is_mutable_annotation
 
 
@@ -44,9 +44,11 @@ class CompiledKernel:
     location_names: list = field(default_factory=list)  # "file:line (kernel)", for device errors
     _profiles: dict = field(default_factory=dict)
 
-    def profile(self, target: str = "trn2") -> KernelProfile:
-        if target not in ("trn2", "trn1"):
-            raise ValueError(f"NKI: unknown target {target!r} (use 'trn2' or 'trn1')")
+    def profile(self, target: str | None = None) -> KernelProfile:
+        """The cost model's estimate on ``target`` (a name of
+        ``hardware_targets()``; an unknown one raises ValueError), by default
+        ``default_target()``."""
+        target = target or default_target()
         p = self._profiles.get(target)
         if p is None:
             p = KernelProfile.from_dict(

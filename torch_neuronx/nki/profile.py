@@ -3,9 +3,29 @@ on-chip memory high-water marks."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+
+
+@functools.cache
+def _table() -> dict:
+    from .. import _C
+
+    return _C._hardware_table()
+
+
+def hardware_targets() -> dict:
+    """The Trainium generations the cost model knows, by name ("trn1", "trn2",
+    "trn3"), with the figures it uses: the runtime's hardware table
+    (runtime/include/neuron_runtime/hardware_table.h), not a copy."""
+    return {name: dict(spec) for name, spec in _table()["targets"].items()}
+
+
+def default_target() -> str:
+    """The target estimates are made for when none is named ("trn2")."""
+    return _table()["default"]
 
 
 @dataclass(frozen=True)
@@ -13,7 +33,7 @@ class KernelProfile:
     """Estimated execution of one kernel launch on one NeuronCore."""
 
     kernel: str
-    target: str  # "trn2" (NeuronCore-v3) or "trn1" (NeuronCore-v2)
+    target: str  # a name of hardware_targets(): "trn2" (NeuronCore-v3), ...
     total_us: float
     busy_us: dict  # engine -> microseconds busy
     instructions: dict  # engine -> instruction count

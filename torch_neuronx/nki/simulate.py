@@ -55,10 +55,11 @@ def baremetal(kernel=None, **kwargs):
     return GridLaunch(b, grid) if grid else b
 
 
-def estimate(kernel, *args, target: str = "trn2", **kwargs) -> KernelProfile:
+def estimate(kernel, *args, target: str | None = None, **kwargs) -> KernelProfile:
     """The cost model's estimate of ``kernel(*args)`` without running it.
     Arguments may be arrays, tensors or ``nt.tensor[shape, dtype]`` specs.
-    ``target``: "trn2" (NeuronCore-v3, default) or "trn1" (NeuronCore-v2)."""
+    ``target``: a name of ``hardware_targets()`` ("trn1", "trn2", "trn3");
+    by default ``default_target()`` ("trn2", NeuronCore-v3)."""
     k, grid = as_kernel(kernel)
     return compiled_for(k, grid, args, kwargs, writable_args=True).profile(target)
 
@@ -100,7 +101,9 @@ class _Benchmarked:
         return None
 
 
-def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, target: str = "trn2", **kwargs):
+def benchmark(
+    kernel=None, *, warmup: int = 10, iters: int = 100, target: str | None = None, **kwargs
+):
     """``nki.benchmark(warmup=, iters=)(kernel)``: calling the result traces
     the kernel, records the cost model's latency in
     ``.benchmark_result.nc_latency.get_latency_percentile(p)`` (microseconds),

@@ -7,17 +7,20 @@
 // core's share of HBM bandwidth), plus a fixed latency (DMA setup and
 // completion, the cost model's figure). Collectives: a ring over the ranks
 // (bytes each rank sends against the link bandwidth, plus a latency per
-// hop). The constants are the vendors' published per-chip figures divided
-// by the chip's cores; docs/profiling.md lists them.
+// hop). The constants are the hardware table's per-chip figures divided by
+// the chip's cores (hardware_table.h); docs/profiling.md lists them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "neuron_runtime/hardware_table.h"
+
 namespace neuron_rt {
 
 struct TrainiumModel {
-  std::string name;                 // "trn2" (NeuronCore-v3), "trn1" (v2)
+  Target target;
+  std::string name;                 // targetName(target): "trn2"
   double tensor_bf16_flops_per_ns;  // per core, dense bf16/fp16
   double tensor_fp32_flops_per_ns;  // per core
   double vector_elems_per_ns;       // Vector/Scalar engines, elementwise
@@ -27,16 +30,17 @@ struct TrainiumModel {
   double hop_latency_ns;            // per ring step of a collective
 };
 
-const TrainiumModel& trn2Model();
-const TrainiumModel& trn1Model();
-// The model estimates are made with: TORCH_NEURONX_PROFILE_TARGET ("trn2",
-// the default, or "trn1"), or the last setTrainiumTarget().
+// The model of one NeuronCore of `target`.
+const TrainiumModel& trainiumModel(Target target);
+// The model estimates are made with: TORCH_NEURONX_PROFILE_TARGET (a target
+// name, kDefaultTarget when unset), or the last setTrainiumTarget(). An
+// unknown name in the variable throws neuron_rt::Error(kInvalidConfig);
+// Runtime::get() reads it with the rest of the environment.
 const TrainiumModel& trainiumModel();
-// Selects the model by name; false (and no change) for an unknown name.
-bool setTrainiumTarget(const std::string& name);
+void setTrainiumTarget(Target target);
 // The model of a logical core of `physical_cores` NeuronCores (LNC=2 on
-// Trn2 pairs two): engines and bandwidth add up, latencies stay. NeuronCore-v2
-// (trn1) has no logical cores: its model is returned as it is.
+// Trn2 pairs two): engines and bandwidth add up, latencies stay. A generation
+// without logical cores (trn1) has its model returned as it is.
 TrainiumModel logicalCoreModel(const TrainiumModel& m, int physical_cores);
 
 // An op's estimate: flops on the systolic array (tensor_engine) or the

@@ -139,26 +139,35 @@ class DmaBandwidth {
 
 }  // namespace
 
-const CostParameters& trainium2CostParameters() {
-  static const CostParameters p;
+namespace {
+
+CostParameters parametersOf(const HardwareSpec& s) {
+  CostParameters p;
+  p.tensor_ghz = s.tensor_ghz;
+  p.vector_ghz = s.vector_ghz;
+  p.scalar_ghz = s.scalar_ghz;
+  p.gpsimd_ghz = s.gpsimd_ghz;
+  p.hbm_bytes_per_ns = s.hbm_gb_per_s / s.cores_per_chip;  // GB/s = bytes/ns
+  p.dma_latency_ns = s.dma_latency_ns;
+  p.dma_issue_ns = s.dma_issue_ns;
   return p;
 }
 
-const CostParameters& trainium1CostParameters() {
-  static const CostParameters p = [] {
-    CostParameters q;
-    q.tensor_ghz = 2.8;
-    q.vector_ghz = 1.12;
-    q.scalar_ghz = 1.4;
-    q.gpsimd_ghz = 1.4;
-    q.hbm_bytes_per_ns = 820.0 / 2.0;
-    return q;
+}  // namespace
+
+const CostParameters& costParameters(neuron_rt::Target target) {
+  static const auto* table = [] {
+    auto* t = new CostParameters[neuron_rt::kTargets];
+    for (int k = 0; k < neuron_rt::kTargets; ++k)
+      t[k] = parametersOf(
+          neuron_rt::hardwareSpec(static_cast<neuron_rt::Target>(k)));
+    return t;
   }();
-  return p;
+  return table[static_cast<int>(target)];
 }
 
 const CostParameters& defaultCostParameters() {
-  return trainium2CostParameters();
+  return costParameters(neuron_rt::kDefaultTarget);
 }
 
 double instructionCost(const Program& prog, const Instruction& in,

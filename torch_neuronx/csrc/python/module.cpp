@@ -23,6 +23,7 @@ void bindMemory(py::module_& m);
 void bindDistributed(py::module_& m);
 void bindCompile(py::module_& m);
 void bindNki(py::module_& m);
+void bindHardware(py::module_& m);
 void bindGraphs(py::module_& m);
 void bindProfiler(py::module_& m);
 void bindAdaptive(py::module_& m);
@@ -175,6 +176,7 @@ PYBIND11_MODULE(_C, m) {
   bindGraphs(m);
   bindCompile(m);
   bindNki(m);
+  bindHardware(m);
   bindProfiler(m);
   bindAdaptive(m);
 }

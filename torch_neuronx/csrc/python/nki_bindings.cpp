@@ -1,30 +1,24 @@
 // Bindings of the NKI simulator: torch_neuronx.nki traces a kernel into flat
 // records, builds a _NkiProgram from them (checked, planned and timed by the
-// runtime's simulator), and runs it on host memory (NumPy arrays, CPU
-// tensors) or launches it as ONE work item on a neuron stream.
+// runtime's simulator), and runs it (nki/kernel_launch.h) on host memory
+// (NumPy arrays, CPU tensors) or as ONE work item on a neuron stream. Only
+// argument and error conversion here.
 // _nki_layout() hands the front end the records' layout and codes
 // (records.h, program.h, dtype.h), which it takes rather than restates.
-#include <ATen/Parallel.h>
-#include <neuron_runtime/nki/cost_model.h>
 #include <neuron_runtime/nki/dtype.h>
-#include <neuron_runtime/nki/parallel.h>
 #include <neuron_runtime/nki/program.h>
 #include <neuron_runtime/nki/records.h>
-#include <neuron_runtime/trace.h>
-#include <neuron_runtime/trainium_estimate.h>
 #include <pybind11/numpy.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include <cmath>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/stream.h"
 #include "eager/op_stats.h"
+#include "nki/kernel_launch.h"
+#include "python/target_caster.h"
 
 namespace py = pybind11;
 namespace nki = neuron_rt::nki;
@@ -169,80 +163,11 @@ py::dict recordsDict(const nki::Program& p) {
   return d;
 }
 
-// ---- the profiler's view of a launch ----------------------------------------
-
-bool tracingItems() {
-  return neuron_rt::Runtime::initialized() && runtime().trace().enabled();
-}
-
-// The cost model's estimate for the profiler's target (trn2, the default, is
-// the program's own; trn1 is estimated again).
-std::shared_ptr<const nki::Profile> profileForTarget(const nki::Program& p) {
-  if (neuron_rt::trainiumModel().name == "trn1")
-    return std::make_shared<const nki::Profile>(
-        nki::estimateCost(p, nki::trainium1CostParameters()));
-  return std::make_shared<const nki::Profile>(p.profile());
-}
-
-// The engines as the NKI documentation names them, by nki::Engine code. The
-// trace keeps labels for the life of the process: these are literals.
-constexpr const char* kEngineLabels[] = {
-    "DMA", "Tensor Engine", "Vector Engine", "Scalar Engine", "GpSimd Engine"};
-static_assert(sizeof(kEngineLabels) / sizeof(kEngineLabels[0]) == nki::kEngines,
-              "an engine without a label");
-static_assert(static_cast<int>(nki::Engine::kDma) == 0 &&
-                  static_cast<int>(nki::Engine::kTensor) == 1 &&
-                  static_cast<int>(nki::Engine::kVector) == 2 &&
-                  static_cast<int>(nki::Engine::kScalar) == 3 &&
-                  static_cast<int>(nki::Engine::kGpSimd) == 4,
-              "kEngineLabels follows nki::Engine's order");
-
-int64_t roundNs(double ns) { return static_cast<int64_t>(std::llround(ns)); }
-
-// Describes the launch about to be queued: a kernel whose estimate is the
-// cost model's total, its matmul flops and DMA traffic.
-void noteKernel(const nki::Profile& prof, const std::string& label) {
-  neuron_rt::ItemNote& n = neuron_rt::pendingNote();
-  n.category = neuron_rt::ItemCategory::kKernel;
-  n.set = true;
-  n.estimate_ns = roundNs(prof.total_ns);
-  n.flops = static_cast<double>(prof.matmul_flops);
-  n.bytes = static_cast<double>(prof.dma_bytes);
-  n.tensor_engine = prof.matmul_flops > 0;
-  constexpr char kPrefix[] = "nki::";  // kernel.py's label
-  const bool prefixed = label.rfind(kPrefix, 0) == 0;
-  n.detail = std::make_shared<const std::string>(
-      "kernel=" + (prefixed ? label.substr(sizeof(kPrefix) - 1) : label));
-}
-
-// On the worker, inside the traced item: each engine the kernel keeps busy,
-// as a child carrying the cost model's busy time (engines overlap, so the
-// children are estimates only; they take no measured time).
-void traceEngines(const nki::Profile& prof) {
-  neuron_rt::setRunningItemEstimate(roundNs(prof.total_ns));
-  const int64_t now = neuron_rt::nowNs();
-  for (int e = 0; e < nki::kEngines; ++e) {
-    if (prof.busy_ns[e] <= 0) continue;
-    neuron_rt::ItemNote n;
-    n.category = neuron_rt::ItemCategory::kEngine;
-    n.set = true;
-    n.estimate_ns = roundNs(prof.busy_ns[e]);
-    n.detail = std::make_shared<const std::string>(
-        std::string("engine=") + nki::engineName(static_cast<nki::Engine>(e)) +
-        ";instructions=" + std::to_string(prof.instructions[e]));
-    neuron_rt::traceChild(kEngineLabels[e], now, now, std::move(n));
-  }
-}
-
 }  // namespace
 
 void bindNki(py::module_& m) {
   m.def("_nki_layout", &layoutDict);
-  // The simulator's large instructions run on ATen's pool, as ops do.
-  nki::setParallelFor([](int64_t begin, int64_t end, int64_t grain,
-                         const std::function<void(int64_t, int64_t)>& body) {
-    at::parallel_for(begin, end, grain, body);
-  });
+  useAtenParallelFor();
   programErrorType() = py::reinterpret_borrow<py::object>(PyErr_NewException(
       "torch_neuronx._C._NkiProgramError", PyExc_ValueError, nullptr));
   m.attr("_NkiProgramError") = programErrorType();
@@ -287,72 +212,34 @@ void bindNki(py::module_& m) {
       // Runs on the calling thread over host addresses (NumPy, CPU tensors).
       .def("run_host",
            [](const nki::Program& p, const std::vector<int64_t>& addresses) {
-             TORCH_CHECK(
-                 static_cast<int64_t>(addresses.size()) == p.externals(),
-                 "NKI: the kernel takes ", p.externals(), " tensors, got ",
-                 addresses.size());
-             std::vector<void*> ptrs = addressesOf(addresses);
+             const std::vector<void*> ptrs = addressesOf(addresses);
              try {
                py::gil_scoped_release release;
-               p.run(ptrs.data());
+               runKernelOnHost(p, ptrs);
              } catch (const nki::ProgramError& e) {
                raiseProgramError(e);
              }
            })
-      // Queues the run as one work item on the current stream of `device`.
-      // `locations`: the kernel lines by location id, so that an error only
-      // the data reveals (a device error, raised at the next
-      // synchronisation) names the line as well as the kernel.
+      // Queues the run as one work item on the current stream of `device`;
+      // `locations`: the kernel lines by location id.
       .def(
           "launch",
           [](std::shared_ptr<const nki::Program> p,
              const std::vector<int64_t>& addresses, int device,
              const std::string& label, std::vector<std::string> locations) {
-            TORCH_CHECK(
-                static_cast<int64_t>(addresses.size()) == p->externals(),
-                "NKI: the kernel takes ", p->externals(), " tensors, got ",
-                addresses.size());
-            // While a profile records device items: the kernel's cost
-            // model, for its item (set here) and its engines (on the worker).
-            std::shared_ptr<const nki::Profile> prof;
-            if (tracingItems()) {
-              prof = profileForTarget(*p);
-              noteKernel(*prof, label);
-            }
-            launch(static_cast<c10::DeviceIndex>(device), internLabel(label),
-                   [p = std::move(p), ptrs = addressesOf(addresses),
-                    locations = std::move(locations), prof = std::move(prof)] {
-                     try {
-                       p->run(ptrs.data());
-                     } catch (const nki::ProgramError& e) {
-                       const int32_t loc = e.loc();
-                       const bool known = loc >= 0 && static_cast<size_t>(loc) <
-                                                          locations.size();
-                       throw std::runtime_error(
-                           (known ? locations[loc] + ": " : std::string()) +
-                           e.what());
-                     }
-                     // (An item queued before the profile began has no
-                     // figures of its own: the program's, for trn2.)
-                     if (neuron_rt::tracingRunningItem())
-                       traceEngines(prof ? *prof : p->profile());
-                   });
+            launchKernel(std::move(p), addressesOf(addresses),
+                         static_cast<c10::DeviceIndex>(device), label,
+                         std::move(locations));
           },
           py::arg("addresses"), py::arg("device"), py::arg("label"),
           py::arg("locations") = std::vector<std::string>())
+      // The cost model's estimate on `target` (a name of the hardware table).
       .def(
           "profile",
-          [](const nki::Program& p, const std::string& target) {
-            if (target == "trn2") return profileDict(p.profile());
-            TORCH_CHECK_VALUE(target == "trn1", "NKI: unknown target '", target,
-                              "' (use 'trn2' or 'trn1')");
-            nki::Profile q =
-                nki::estimateCost(p, nki::trainium1CostParameters());
-            q.sbuf_high_water = p.profile().sbuf_high_water;
-            q.psum_high_water = p.profile().psum_high_water;
-            return profileDict(q);
+          [](const nki::Program& p, neuron_rt::Target target) {
+            return profileDict(kernelProfile(p, target));
           },
-          py::arg("target") = "trn2");
+          py::arg("target") = neuron_rt::kDefaultTarget);
 }
 
 }  // namespace torch_neuronx

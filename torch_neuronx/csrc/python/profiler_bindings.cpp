@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include "profiler/device_timeline.h"
+#include "python/target_caster.h"
 
 namespace py = pybind11;
 
@@ -67,14 +68,14 @@ void bindProfiler(py::module_& m) {
   m.def("_profiler_target", [] {
     const int lnc =
         neuron_rt::Runtime::get().topology().config().logical_core_size;
-    py::dict d =
-        modelDict(neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
+    const neuron_rt::TrainiumModel& model = neuron_rt::trainiumModel();
+    py::dict d = modelDict(neuron_rt::logicalCoreModel(model, lnc));
     d["physical_cores_per_device"] =
-        d["name"].cast<std::string>() == "trn1" ? 1 : lnc;
+        neuron_rt::hardwareSpec(model.target).logical_cores ? lnc : 1;
     return d;
   });
-  m.def("_profiler_set_target", [](const std::string& name) {
-    return neuron_rt::setTrainiumTarget(name);
+  m.def("_profiler_set_target", [](neuron_rt::Target target) {
+    neuron_rt::setTrainiumTarget(target);
   });
   m.def("_roofline_ns",
         [](double flops, double bytes, bool tensor_engine, int element_bytes) {

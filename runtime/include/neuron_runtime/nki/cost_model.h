@@ -1,5 +1,5 @@
-// The NeuronCore-v3 cost model: how long a tile program takes on the
-// engines.
+// The NeuronCore cost model: how long a tile program takes on the engines
+// of one NeuronCore generation (NeuronCore-v3 by default).
 //
 // Each instruction costs cycles on its engine from its shape and dtype; the
 // engines run their own instruction streams in program order and overlap
@@ -9,31 +9,34 @@
 // with other transfers (the DMA queues run in parallel).
 #pragma once
 
+#include "neuron_runtime/hardware_table.h"
 #include "neuron_runtime/nki/program.h"
 
 namespace neuron_rt {
 namespace nki {
 
-// Engine clocks and the documented per-instruction costs (NKI ISA
-// reference: MIN_II = 64 cycles; matmul max(min(64, stationary free),
-// moving free) cycles, x4 for fp32; Vector N cycles per input stream;
-// activation max(64, N); GpSimd 150 + N).
+// The engine clocks, HBM bandwidth and DMA figures of one generation (from
+// the hardware table, hardware_table.h) and the documented per-instruction
+// costs (NKI ISA reference: MIN_II = 64 cycles; matmul max(min(64,
+// stationary free), moving free) cycles, x4 for fp32; Vector N cycles per
+// input stream; activation max(64, N); GpSimd 150 + N), which are the same on
+// every generation.
 struct CostParameters {
-  double tensor_ghz = 2.4;  // 128x128 systolic array
-  double vector_ghz = 0.96;
-  double scalar_ghz = 1.2;
-  double gpsimd_ghz = 1.2;
+  double tensor_ghz;  // 128x128 systolic array
+  double vector_ghz;
+  double scalar_ghz;
+  double gpsimd_ghz;
   // HBM bandwidth per chip, shared by its cores.
-  double hbm_bytes_per_ns = 2900.0 / 8.0;
+  double hbm_bytes_per_ns;
   // The share of that peak DMA transfers achieve (HBM page and descriptor
   // efficiency); calibrated on the tutorial's DMA-bound matmuls (README).
   double dma_efficiency = 0.6;
-  double dma_latency_ns = 2000.0;
+  double dma_latency_ns;
   // Descriptor generation per DMA instruction (NKI docs: ~600 ns per
   // hardware-DGE DMA on NeuronCore-v3); it holds the DMA queues like the
   // transfer does. With it, the tutorial matmuls' published Trainium1
   // latencies are matched within 2x (README).
-  double dma_issue_ns = 600.0;
+  double dma_issue_ns;
   // Rows shorter than this move at the rate of a row this long (DMA
   // descriptors are most efficient from 512 contiguous bytes).
   int64_t dma_efficient_row_bytes = 512;
@@ -50,12 +53,11 @@ struct CostParameters {
   double gpsimd_fixed_cycles = 150;
 };
 
-// NeuronCore-v3 (Trainium2), the default, and NeuronCore-v2 (Trainium1:
-// 2.8 / 1.12 / 1.4 GHz, 820 GB/s HBM shared by 2 cores), whose figures the
-// NKI tutorials publish.
-const CostParameters& trainium2CostParameters();
-const CostParameters& trainium1CostParameters();
-const CostParameters& defaultCostParameters();  // Trainium2
+// The parameters of one NeuronCore of `target`; the default is
+// kDefaultTarget's (NeuronCore-v3, Trainium2), which a Program's own
+// profile() is estimated with.
+const CostParameters& costParameters(neuron_rt::Target target);
+const CostParameters& defaultCostParameters();
 
 // Nanoseconds one instruction keeps its engine busy.
 double instructionCost(const Program& program, const Instruction& in,
