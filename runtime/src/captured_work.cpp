@@ -5,6 +5,7 @@
 #include <string>
 
 #include "neuron_runtime/status.h"
+#include "neuron_runtime/stream.h"
 #include "neuron_runtime/trace.h"
 
 namespace neuron_rt {
@@ -38,11 +39,33 @@ void CapturedWork::run(const char* label) const {
         traceChild(s.label, start, nowNs(), std::move(note));
       }
     } catch (const Error& e) {
-      throw Error(e.status(), where() + e.what());
+      throw StepError(e.status(), s.label, static_cast<int>(i + 1), e.what(),
+                      where() + e.what());
     } catch (const std::exception& e) {
-      throw std::runtime_error(where() + e.what());
+      throw StepError(Status::kDeviceError, s.label, static_cast<int>(i + 1),
+                      e.what(), where() + e.what());
     }
   }
+}
+
+namespace {
+
+class ReplayTask final : public Task {
+ public:
+  ReplayTask(std::shared_ptr<const CapturedWork> work, const char* label)
+      : work_(std::move(work)), label_(label) {}
+  void run() override { work_->run(label_); }
+
+ private:
+  std::shared_ptr<const CapturedWork> work_;
+  const char* label_;
+};
+
+}  // namespace
+
+TaskPtr replayTask(std::shared_ptr<const CapturedWork> work,
+                   const char* label) {
+  return std::make_unique<ReplayTask>(std::move(work), label);
 }
 
 }  // namespace neuron_rt

@@ -5,11 +5,11 @@
 #include <string>
 #include <unordered_set>
 
+#include "neuron_runtime/fnv1a.h"
+
 namespace neuron_rt {
 namespace {
 
-constexpr uint64_t kFnvPrime = 1099511628211ull;
-constexpr uint64_t kFnvBasis = 1469598103934665603ull;
 constexpr size_t kMaxSeen = 1024;
 
 thread_local uint64_t tls_signature = 0;
@@ -78,7 +78,7 @@ void SequenceAdapter::appendToWindow(uint64_t identity) {
     run_ = 0;
   }
   window_.push_back(identity);
-  if (!window_broken_) window_hash_ = (window_hash_ ^ identity) * kFnvPrime;
+  if (!window_broken_) window_hash_ = fnv1aMix(window_hash_, identity);
 }
 
 void SequenceAdapter::record(uint64_t identity) {
@@ -102,8 +102,7 @@ void SequenceAdapter::record(uint64_t identity) {
     // so a sequence is never adapted again rotated by one item.
     if (!matching_ && !gave_up_) {
       std::vector<uint64_t> items(window_.end() - period_, window_.end());
-      uint64_t h = kFnvBasis;
-      for (uint64_t x : items) h = (h ^ x) * kFnvPrime;
+      const uint64_t h = fnv1aWords(items);
       bool known = false;
       for (const Sequence& s : lru_) known |= s.hash == h;
       if (!known) adapt(h, std::move(items));
@@ -172,6 +171,7 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
   if (deviated_) return Action::kPlain;
   if (Sequence* s = findStartingWith(identity)) {
     matching_ = s;
+    held_sequence_ = s->id;
     matched_ = 1;
     period_ = 0;  // not searched while matching: starts afresh after it
     run_ = 0;
@@ -235,7 +235,7 @@ void SequenceAdapter::endWindow() {
 
 void SequenceAdapter::clearWindow() {
   window_.clear();
-  window_hash_ = kFnvBasis;
+  window_hash_ = kFnv1aBasis;
   window_broken_ = false;
   last_seen_.clear();
   period_ = 0;
@@ -246,7 +246,8 @@ void SequenceAdapter::clearWindow() {
 
 void SequenceAdapter::adapt(uint64_t hash, std::vector<uint64_t> items) {
   fruitless_ = 0;
-  lru_.push_front(Sequence{hash, std::move(items)});
+  static std::atomic<uint64_t> next_id{1};
+  lru_.push_front(Sequence{hash, std::move(items), next_id.fetch_add(1)});
   adaptiveStats().adapted++;
   adaptiveStats().cached++;
   const size_t limit =

@@ -55,10 +55,7 @@ Stream::Stream(int device, int id, int priority, Trace* trace)
       oldest_(stub_) {}
 
 Stream::~Stream() {
-  {
-    std::lock_guard<std::mutex> g(adaptive_mu_);
-    runHeldLocked();  // held items run like every other queued item
-  }
+  adaptive_.release(*this);  // held items run like every other queued item
   {
     std::lock_guard<std::mutex> g(sleep_mu_);
     stop_.store(true, std::memory_order_seq_cst);
@@ -125,56 +122,29 @@ uint64_t Stream::enqueue(const char* label, TaskPtr task, ItemKind kind) {
   return append(label, kind, nullptr, std::move(task));
 }
 
-namespace {
-
-// The held items of a batch, run in order as one item.
-class BatchTask final : public Task {
- public:
-  explicit BatchTask(const char* label) : label_(label), work_(0) {}
-  CapturedWork& work() { return work_; }
-  void run() override { work_.run(label_); }
-
- private:
-  const char* label_;
-  CapturedWork work_;
-};
-
-}  // namespace
+void Stream::put(WorkItem&& item) {
+  link(item.label, item.kind, std::move(item.fn), std::move(item.task),
+       tracing() ? &item.note : nullptr);
+}
 
 void Stream::beginBatch(const char* label) {
-  flushBatch();
-  std::lock_guard<std::mutex> g(batch_mu_);
-  batch_label_ = label;
+  ItemNote note;
   if (tracing()) {
-    batch_note_ = takePendingNote();
-    if (!batch_note_.set) batch_note_.category = ItemCategory::kProgram;
+    note = takePendingNote();
+    if (!note.set) note.category = ItemCategory::kProgram;
   }
-  batching_.store(true, std::memory_order_release);
+  WorkItem flushed;
+  if (batch_.begin(label, std::move(note), &flushed)) put(std::move(flushed));
 }
 
 void Stream::endBatch() {
-  flushBatch();
-  std::lock_guard<std::mutex> g(batch_mu_);
-  batching_.store(false, std::memory_order_release);
+  WorkItem flushed;
+  if (batch_.end(&flushed)) put(std::move(flushed));
 }
 
 void Stream::flushBatch() {
-  std::vector<Held> held;
-  const char* label;
-  ItemNote note;
-  {
-    std::lock_guard<std::mutex> g(batch_mu_);
-    if (held_.empty()) return;
-    held.swap(held_);
-    label = batch_label_;
-    note = batch_note_;  // a batch flushed early and resumed: same program
-  }
-  auto batch = std::make_unique<BatchTask>(label);
-  for (Held& h : held)
-    batch->work().add(h.label, std::move(h.fn), std::move(h.task),
-                      std::move(h.note));
-  link(label, ItemKind::kCompute, nullptr, std::move(batch),
-       tracing() ? &note : nullptr);
+  WorkItem flushed;
+  if (batch_.take(&flushed)) put(std::move(flushed));
 }
 
 namespace {
@@ -195,174 +165,56 @@ uint64_t Stream::append(const char* label, ItemKind kind, Fn fn, TaskPtr task) {
   ItemNote note;
   const bool traced = tracing();
   if (traced) note = noteFor(kind);
-  if (adaptiveSettings().enabled.load(std::memory_order_relaxed) ||
-      adaptive_holding_.load(std::memory_order_acquire)) {
-    const uint64_t signature = takeItemSignature();
-    if (kind == ItemKind::kMarker || batching() || capturing() ||
-        !adaptiveSettings().enabled.load(std::memory_order_relaxed)) {
-      adaptiveBoundary();  // runs what is held first: order is kept
-    } else {
-      // The item's identity: what it is (its label) and what it was called
-      // with (the signature the host gave; 0: unsigned, not adaptable).
-      const uint64_t identity =
-          signature ? (signature ^ reinterpret_cast<uintptr_t>(label)) *
-                              1099511628211ull +
-                          static_cast<uint64_t>(kind)
-                    : 0;
-      std::lock_guard<std::mutex> g(adaptive_mu_);
-      switch (adapter_.onItem(identity)) {
-        case SequenceAdapter::Action::kPlain:
-          break;
-        case SequenceAdapter::Action::kHold:
-          adaptive_held_.push_back(Held{label, kind, std::move(fn),
-                                        std::move(task), std::move(note)});
-          adaptive_holding_.store(true, std::memory_order_release);
-          return enqueued_.load(std::memory_order_acquire);
-        case SequenceAdapter::Action::kComplete:
-        case SequenceAdapter::Action::kChunk:
-          adaptive_held_.push_back(Held{label, kind, std::move(fn),
-                                        std::move(task), std::move(note)});
-          runHeldLocked();
-          return enqueued_.load(std::memory_order_acquire);
-        case SequenceAdapter::Action::kDeviate:
-          runHeldLocked();  // what was held first, then this item
-          break;
-      }
-    }
-  }
-  if (batching_.load(std::memory_order_acquire)) {
-    if (kind != ItemKind::kMarker) {
-      std::lock_guard<std::mutex> g(batch_mu_);
-      if (batching_.load(std::memory_order_relaxed)) {
-        held_.push_back(
-            Held{label, kind, std::move(fn), std::move(task), std::move(note)});
+  if (adaptive_.engaged() || batch_.open()) {
+    // A layer may hold the item (rare: the plain path below moves nothing
+    // into a WorkItem).
+    WorkItem item{label, kind, std::move(fn), std::move(task), std::move(note)};
+    if (adaptive_.engaged()) {
+      const uint64_t signature = takeItemSignature();
+      const bool boundary =
+          kind == ItemKind::kMarker || batching() || capturing() ||
+          !adaptiveSettings().enabled.load(std::memory_order_relaxed);
+      if (adaptive_.offer(item, signature, boundary, *this))
         return enqueued_.load(std::memory_order_acquire);
-      }
-    } else {
+    }
+    if (kind != ItemKind::kMarker) {
+      if (batch_.hold(item)) return enqueued_.load(std::memory_order_acquire);
+    } else if (batching()) {
       flushBatch();  // the marker goes after what was held
     }
+    return link(item.label, item.kind, std::move(item.fn), std::move(item.task),
+                traced ? &item.note : nullptr);
   }
   return link(label, kind, std::move(fn), std::move(task),
               traced ? &note : nullptr);
 }
 
-void Stream::adaptiveBoundary() {
-  std::lock_guard<std::mutex> g(adaptive_mu_);
-  adapter_.onBoundary();
-  runHeldLocked();
-}
-
-void Stream::runHeldLocked() {
-  if (adaptive_held_.empty()) return;
-  std::vector<Held> held;
-  held.swap(adaptive_held_);
-  adaptive_holding_.store(false, std::memory_order_release);
-  if (held.size() == 1) {  // nothing to combine
-    Held& h = held.front();
-    link(h.label, h.kind, std::move(h.fn), std::move(h.task),
-         tracing() ? &h.note : nullptr);
-    return;
-  }
-  const char* label = adaptiveItemLabel(held.front().label, held.back().label);
-  auto combined = std::make_unique<BatchTask>(label);
-  combined->work().reserve(held.size());
-  ItemNote note;
-  if (tracing()) {
-    note = held.front().note;  // the first op's correlation and queue time
-    note.set = false;
-    note.category = ItemCategory::kProgram;
-    note.detail = std::make_shared<const std::string>(
-        "adaptive=" + std::to_string(held.size()) + " items");
-  }
-  for (Held& h : held)
-    combined->work().add(h.label, std::move(h.fn), std::move(h.task),
-                         std::move(h.note));
-  held.clear();
-  adaptive_held_.swap(held);  // its capacity serves the next part
-  link(label, ItemKind::kCompute, nullptr, std::move(combined),
-       tracing() ? &note : nullptr);
-}
-
-void Stream::beginCapture(uint64_t id) {
-  if (id == 0) throw Error(Status::kInvalidArgument, "capture id must be > 0");
-  if (adaptive_holding_.load(std::memory_order_acquire))
-    adaptiveBoundary();  // what adaptive eager holds was queued before: not
-                         // captured
-  flushBatch();
-  std::lock_guard<std::mutex> g(capture_mu_);
-  if (capture_)
-    throw Error(Status::kCaptureInvalid,
-                "the stream is already capturing (captures do not nest)");
-  capture_ = std::make_shared<CapturedWork>(id);
-  capture_invalid_.clear();
-  capture_id_.store(id, std::memory_order_release);
-}
-
-std::shared_ptr<CapturedWork> Stream::endCapture() {
-  flushBatch();  // a program still open is part of the capture
-  std::shared_ptr<CapturedWork> work;
-  std::string invalid;
-  {
-    std::lock_guard<std::mutex> g(capture_mu_);
-    if (!capture_)
-      throw Error(Status::kCaptureInvalid, "the stream is not capturing");
-    work.swap(capture_);
-    invalid.swap(capture_invalid_);
-    capture_id_.store(0, std::memory_order_release);
-  }
-  if (!invalid.empty())
-    throw Error(Status::kCaptureInvalid,
-                "the capture was invalidated: " + invalid +
-                    " is not permitted while the "
-                    "stream is capturing");
-  return work;
-}
-
-void Stream::throwIfCapturing(const char* what) {
-  if (!capturing()) return;
-  {
-    std::lock_guard<std::mutex> g(capture_mu_);
-    if (!capture_) return;
-    if (capture_invalid_.empty()) capture_invalid_ = what;
-  }
-  throw Error(
-      Status::kCaptureInvalid,
-      std::string(what) + ": operation not permitted when stream is capturing");
-}
-
-namespace {
-
-class ReplayTask final : public Task {
- public:
-  ReplayTask(std::shared_ptr<const CapturedWork> work, const char* label)
-      : work_(std::move(work)), label_(label) {}
-  void run() override { work_->run(label_); }
-
- private:
-  std::shared_ptr<const CapturedWork> work_;
-  const char* label_;
-};
-
-}  // namespace
-
 uint64_t Stream::replay(std::shared_ptr<const CapturedWork> work,
                         const char* label) {
   if (!work) throw Error(Status::kInvalidArgument, "replay of no work");
   return append(label, ItemKind::kCompute, nullptr,
-                std::make_unique<ReplayTask>(std::move(work), label));
+                replayTask(std::move(work), label));
+}
+
+void Stream::beginCapture(uint64_t id) {
+  if (id == 0) throw Error(Status::kInvalidArgument, "capture id must be > 0");
+  // What adaptive eager holds was queued before: not captured.
+  if (adaptive_.holding()) adaptive_.boundary(*this);
+  flushBatch();
+  capture_.begin(id);
+}
+
+std::shared_ptr<CapturedWork> Stream::endCapture() {
+  flushBatch();  // a program still open is part of the capture
+  return capture_.end();
 }
 
 uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task,
                       ItemNote* note) {
-  if (capturing()) {
-    if (kind == ItemKind::kMarker)
-      throwIfCapturing(label);  // an event record or wait
-    std::lock_guard<std::mutex> g(capture_mu_);
-    if (capture_) {
-      capture_->add(label, std::move(fn), std::move(task),
-                    note ? std::move(*note) : ItemNote{});
+  if (capture_.active()) {
+    if (kind == ItemKind::kMarker) capture_.reject(label);  // event record/wait
+    if (capture_.record(label, fn, task, note))
       return enqueued_.load(std::memory_order_acquire);
-    }
   }
   Node* node = new Node;
   node->label = label;
@@ -398,9 +250,7 @@ void Stream::workerLoop() {
     Node* item = cur->next.load(std::memory_order_acquire);
     if (!item) {
       int64_t until =
-          nowNs() + (adaptive_holding_.load(std::memory_order_relaxed)
-                         ? kHoldingSpinNs
-                         : kIdleSpinNs);
+          nowNs() + (adaptive_.holding() ? kHoldingSpinNs : kIdleSpinNs);
       while (nowNs() < until) {
         if ((item = cur->next.load(std::memory_order_acquire))) break;
         sched_yield();
@@ -440,9 +290,15 @@ void Stream::workerLoop() {
           item->fn();
       } catch (const Error& e) {
         std::lock_guard<std::mutex> g(error_mu_);
-        if (!error_)
+        if (!error_) {
           error_ = WorkError{device_,     id_,      item->seq,
                              item->label, e.what(), e.status()};
+          if (const auto* step = dynamic_cast<const StepError*>(&e)) {
+            error_->step = step->step();
+            error_->step_index = step->index();
+            error_->step_message = step->stepMessage();
+          }
+        }
         poisoned_.store(true, std::memory_order_release);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(error_mu_);
@@ -482,12 +338,15 @@ void Stream::workerLoop() {
   }
 }
 
-void Stream::waitFor(uint64_t seq) {
-  throwIfCapturing("a host wait for the stream");
-  if (adaptiveSettings().enabled.load(std::memory_order_relaxed) ||
-      adaptive_holding_.load(std::memory_order_acquire))
-    adaptiveBoundary();          // a held item may be what is waited for
+void Stream::beforeHostWait(const char* what) {
+  capture_.reject(what);
+  if (adaptive_.engaged())
+    adaptive_.boundary(*this);   // a held item may be what is waited for
   if (batching()) flushBatch();  // a held item may be what is waited for
+}
+
+void Stream::waitFor(uint64_t seq) {
+  beforeHostWait("a host wait for the stream");
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   int64_t until = nowNs() + kWaitSpinNs;
   while (nowNs() < until) {
@@ -509,11 +368,7 @@ void Stream::waitFor(uint64_t seq) {
 }
 
 void Stream::synchronize() {
-  throwIfCapturing("a stream synchronize");
-  if (adaptiveSettings().enabled.load(std::memory_order_relaxed) ||
-      adaptive_holding_.load(std::memory_order_acquire))
-    adaptiveBoundary();
-  if (batching()) flushBatch();
+  beforeHostWait("a stream synchronize");
   waitFor(enqueued_.load(std::memory_order_acquire));
   // What the finished items captured (tensors, buffers) is released now, so
   // memory statistics read after a synchronisation are exact.
@@ -521,21 +376,11 @@ void Stream::synchronize() {
 }
 
 bool Stream::query() const {
-  if (adaptive_holding_.load(std::memory_order_acquire)) {
-    // Held items would never run if the host polled for them: a poll runs
-    // them (a boundary: the sequence was not complete).
-    auto* self = const_cast<Stream*>(this);
-    std::lock_guard<std::mutex> g(self->adaptive_mu_);
-    if (!self->adaptive_held_.empty()) {
-      self->adapter_.onBoundary();
-      self->runHeldLocked();
-      return false;
-    }
-  }
-  if (batching()) {
-    std::lock_guard<std::mutex> g(batch_mu_);
-    if (!held_.empty()) return false;
-  }
+  // Held items would never run if the host polled for them: a poll lets
+  // them go (a boundary: the sequence was not complete).
+  auto* self = const_cast<Stream*>(this);
+  if (adaptive_.boundaryIfHolding(*self)) return false;
+  if (batching() && batch_.holdsItems()) return false;
   return completed_.load(std::memory_order_acquire) >=
          enqueued_.load(std::memory_order_acquire);
 }

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "neuron_runtime/stream.h"
+#include "neuron_runtime/work_item.h"
 
 namespace neuron_rt {
 
@@ -17,7 +17,7 @@ class CapturedWork {
  public:
   struct Step {
     const char* label;
-    Stream::Fn fn;
+    WorkFn fn;
     TaskPtr task;   // instead of fn
     ItemNote note;  // what the host said of it (while tracing)
   };
@@ -26,9 +26,13 @@ class CapturedWork {
   CapturedWork(const CapturedWork&) = delete;
   CapturedWork& operator=(const CapturedWork&) = delete;
 
-  void add(const char* label, Stream::Fn fn, TaskPtr task, ItemNote note = {}) {
+  void add(const char* label, WorkFn fn, TaskPtr task, ItemNote note = {}) {
     steps_.push_back(
         Step{label, std::move(fn), std::move(task), std::move(note)});
+  }
+  void add(WorkItem&& item) {
+    add(item.label, std::move(item.fn), std::move(item.task),
+        std::move(item.note));
   }
 
   void reserve(size_t steps) { steps_.reserve(steps); }
@@ -45,5 +49,21 @@ class CapturedWork {
   uint64_t id_;
   std::vector<Step> steps_;
 };
+
+// Held items run once, in order, as ONE work item labelled `label` (a batch,
+// a part of an adaptive sequence).
+class HeldItemsTask final : public Task {
+ public:
+  explicit HeldItemsTask(const char* label) : label_(label), work_(0) {}
+  CapturedWork& work() { return work_; }
+  void run() override { work_.run(label_); }
+
+ private:
+  const char* label_;
+  CapturedWork work_;
+};
+
+// One replay of captured work, as a work item labelled `label`.
+TaskPtr replayTask(std::shared_ptr<const CapturedWork> work, const char* label);
 
 }  // namespace neuron_rt

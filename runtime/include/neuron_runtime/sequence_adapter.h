@@ -30,6 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "neuron_runtime/fnv1a.h"
+
 namespace neuron_rt {
 
 struct AdaptiveSettings {
@@ -103,11 +105,15 @@ class SequenceAdapter {
   // (the caller runs them).
   bool onBoundary();
   bool holding() const { return matching_ != nullptr; }
+  // The id of the adapted sequence whose items are (or were last) held:
+  // unique in the process, from 1, in the order sequences were adapted.
+  uint64_t heldSequence() const { return held_sequence_; }
 
  private:
   struct Sequence {
     uint64_t hash;
     std::vector<uint64_t> items;
+    uint64_t id;
   };
   void endWindow();
   void clearWindow();  // a new, empty window (the search starts again)
@@ -119,7 +125,7 @@ class SequenceAdapter {
 
   // The window being recorded.
   std::vector<uint64_t> window_;
-  uint64_t window_hash_ = 1469598103934665603ull;
+  uint64_t window_hash_ = kFnv1aBasis;
   bool window_broken_ = false;  // grew too long: not adapted as a whole
   // Period search over window_: where each identity was last seen, the
   // candidate period and how many items in a row repeat it.
@@ -134,6 +140,7 @@ class SequenceAdapter {
   // Adapted sequences, most recently used first.
   std::list<Sequence> lru_;
   Sequence* matching_ = nullptr;
+  uint64_t held_sequence_ = 0;  // matching_'s id (kept after it completes)
   size_t matched_ = 0;
   bool deviated_ = false;  // this window deviated: no new match until it ends
   int fruitless_ = 0;

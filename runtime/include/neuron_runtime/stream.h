@@ -11,27 +11,22 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
-#include "neuron_runtime/sequence_adapter.h"
+#include "neuron_runtime/adaptive_holder.h"
+#include "neuron_runtime/item_batch.h"
 #include "neuron_runtime/status.h"
 #include "neuron_runtime/trace.h"
+#include "neuron_runtime/work_capture.h"
+#include "neuron_runtime/work_item.h"
 
 namespace neuron_rt {
 
 class CapturedWork;
-
-enum class ItemKind : uint8_t {
-  kCompute,  // skipped when the stream is poisoned
-  kCopy,     // skipped when the stream is poisoned
-  kMarker,   // always runs (event record / wait)
-};
 
 struct WorkError {
   int device;
@@ -42,17 +37,12 @@ struct WorkError {
   // What kind of failure: kDeviceError for a plain exception, else the
   // status of the neuron_rt::Error the item threw.
   Status status = Status::kDeviceError;
+  // A batch's or replayed graph's failed step (a StepError): its label, its
+  // position (from 1) and what it threw; "", 0 and "" for a plain item.
+  std::string step;
+  int step_index = 0;
+  std::string step_message;
 };
-
-// Device work with state of its own, the state and the code in one object:
-// one allocation per item, where a std::function holding a pointer to its
-// state takes two. Like a Fn, it is destroyed by the host once it has run.
-class Task {
- public:
-  virtual ~Task() = default;
-  virtual void run() = 0;
-};
-using TaskPtr = std::unique_ptr<Task>;
 
 // Called on a stream's worker thread when it has had no work for a while
 // (200 ms after its idle spin), before it sleeps for good, so that the embedder
@@ -68,9 +58,12 @@ void setWorkerItemHook(void (*hook)());
 // Runs the hook (the worker and CapturedWork call it).
 void runWorkerItemHook();
 
-class Stream {
+// The queue and its worker. Three layers may hold an item before it is
+// queued, each a class of its own: adaptive eager (AdaptiveHolder), a batch
+// (ItemBatch) and a capture (WorkCapture), in that order.
+class Stream final : private ItemSink {
  public:
-  using Fn = std::function<void()>;
+  using Fn = WorkFn;
 
   Stream(int device, int id, int priority, Trace* trace);
   ~Stream();  // runs what is queued, then joins the worker
@@ -96,7 +89,7 @@ class Stream {
   // the last item queued before them.
   void beginBatch(const char* label);
   void endBatch();
-  bool batching() const { return batching_.load(std::memory_order_acquire); }
+  bool batching() const { return batch_.open(); }
 
   // Capture: between beginCapture() and endCapture(), compute and copy items
   // queued on this stream (batches included) are recorded instead of run;
@@ -110,12 +103,8 @@ class Stream {
   // allocated during it for the replays).
   void beginCapture(uint64_t id);
   std::shared_ptr<CapturedWork> endCapture();
-  bool capturing() const {
-    return capture_id_.load(std::memory_order_acquire) != 0;
-  }
-  uint64_t captureId() const {
-    return capture_id_.load(std::memory_order_acquire);
-  }
+  bool capturing() const { return capture_.active(); }
+  uint64_t captureId() const { return capture_.id(); }
   uint64_t replay(std::shared_ptr<const CapturedWork> work, const char* label);
 
   // Blocks the calling thread until every item queued so far has run.
@@ -154,23 +143,19 @@ class Stream {
     ItemNote note;  // filled only while tracing
   };
 
+  // The holding layers in order, then link().
   uint64_t append(const char* label, ItemKind kind, Fn fn, TaskPtr task);
+  // Past the holding layers: records the item if capturing, else queues it.
   uint64_t link(const char* label, ItemKind kind, Fn fn, TaskPtr task,
                 ItemNote* note);
-  bool tracing() const { return trace_ && trace_->enabled(); }
-  // Queues the held items (if any) as one item.
+  // ItemSink (what adaptive eager and a batch let go): link().
+  bool tracing() const override { return trace_ && trace_->enabled(); }
+  void put(WorkItem&& item) override;
+  // Queues what the batch holds (if anything) as one item.
   void flushBatch();
-  // Adaptive eager (sequence_adapter.h): a boundary ends the window and runs
-  // what is held; runHeldLocked queues the held items as one item.
-  void adaptiveBoundary();
-  void runHeldLocked();
-  struct Held {
-    const char* label;
-    ItemKind kind;
-    Fn fn;
-    TaskPtr task;
-    ItemNote note;
-  };
+  // A host wait: what the holding layers hold goes first; throws while
+  // capturing.
+  void beforeHostWait(const char* what);
   // Detaches what finished items hold (under append_mu_); the caller
   // destroys it outside the lock. What a work item captures is allocated by
   // the host thread; freeing it there keeps malloc's per-thread caches
@@ -191,11 +176,11 @@ class Stream {
   const int priority_;
   Trace* trace_;
 
-  std::mutex append_mu_;  // host threads queueing items
+  std::mutex append_mu_;  // host threads linking nodes: tail_, oldest_
   Node* const stub_;      // the worker's starting point (seq 0)
   Node* tail_;            // last linked node (append_mu_)
   Node* oldest_;          // oldest node not reclaimed (append_mu_)
-  std::thread worker_;
+  std::thread worker_;    // started under append_mu_
 
   // An idle worker sleeps on work_cv_; a host thread that links an item
   // while it sleeps wakes it.
@@ -206,7 +191,7 @@ class Stream {
 
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> completed_{0};
-  std::mutex done_mu_;
+  std::mutex done_mu_;  // sleeping host waiters (done_cv_)
   std::condition_variable done_cv_;
   // The lowest sequence number a sleeping host thread waits for (max when
   // none): the worker wakes waiters only once that item has run, not after
@@ -215,28 +200,15 @@ class Stream {
   std::atomic<uint64_t> wake_at_{kNobodyWaits};
   static constexpr uint64_t kNobodyWaits = ~uint64_t{0};
 
-  std::atomic<bool> batching_{false};
-  mutable std::mutex batch_mu_;  // the fields below
-  // Adaptive eager: the window's bookkeeping and the items held while a
-  // repeated sequence is matched (adaptive_mu_, taken before append_mu_).
-  std::mutex adaptive_mu_;
-  SequenceAdapter adapter_;
-  std::vector<Held> adaptive_held_;
-  // adaptive_held_ is not empty: read without the lock on the fast paths, so
-  // held items still run first when the mode is switched off meanwhile.
-  std::atomic<bool> adaptive_holding_{false};
-  const char* batch_label_ = "";
-  ItemNote batch_note_;  // the program that began the batch (while tracing)
-  std::vector<Held> held_;
-
-  std::atomic<uint64_t> capture_id_{0};
-  mutable std::mutex capture_mu_;  // the fields below
-  std::shared_ptr<CapturedWork> capture_;
-  std::string capture_invalid_;  // why the capture is invalid ("" if not)
-  void throwIfCapturing(const char* what);
+  // The holding layers (each locks for itself; adaptive_'s lock is held
+  // while its items are linked, so it comes before append_mu_). mutable:
+  // query() lets what adaptive eager holds go.
+  mutable AdaptiveHolder adaptive_;
+  ItemBatch batch_;
+  WorkCapture capture_;
 
   std::atomic<bool> poisoned_{false};
-  std::mutex error_mu_;
+  std::mutex error_mu_;  // error_
   std::optional<WorkError> error_;
 };
 

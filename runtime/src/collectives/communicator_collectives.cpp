@@ -4,6 +4,7 @@
 
 #include "communicator_impl.h"
 #include "neuron_runtime/collectives/reduce.h"
+#include "neuron_runtime/fnv1a.h"
 
 // Why one barrier per step is enough (the staging invariant).
 // Step p is "write your own buffer p%2, barrier p, read anyone's buffer p%2".
@@ -57,14 +58,7 @@ const char* kindName(int k) {
 
 size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
-uint64_t hashCounts(const std::vector<size_t>& v) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (size_t x : v) {
-    h ^= x;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t hashCounts(const std::vector<size_t>& v) { return fnv1aWords(v); }
 
 // displ[k]: where rank k's block starts in a packed buffer; displ[n]: total.
 std::vector<size_t> displacements(const std::vector<size_t>& counts) {

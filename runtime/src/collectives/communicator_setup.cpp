@@ -17,6 +17,29 @@ int cpusAvailable() {
   return static_cast<int>(std::thread::hardware_concurrency());
 }
 
+// The segment's parts start on page boundaries, and its sizes are whole
+// pages (what mmap deals in; no part shares a page with another's header).
+constexpr size_t kPageBytes = 4096;
+// Default all-reduce chunk when every rank has a CPU of its own: small
+// enough that a chunk's staging buffers stay in the last-level cache.
+constexpr size_t kChunkBytesOwnCpus = size_t{1} << 20;
+// Default chunk when ranks outnumber the CPUs: every chunk ends in a barrier
+// that waits for descheduled ranks, so fewer, larger chunks win (see
+// CommOptions::chunk_bytes for the measured figures).
+constexpr size_t kChunkBytesSharedCpus = size_t{4} << 20;
+// The smallest chunk: each chunk costs a barrier, which a chunk of at least
+// this size keeps small next to its copies (an explicit chunk_bytes too).
+constexpr size_t kMinChunkBytes = size_t{64} << 10;
+// Each rank reduces 1/N of a chunk, in slices aligned to 64-byte cache lines:
+// at least this many bytes per rank keep every slice four lines or more.
+constexpr size_t kMinChunkBytesPerRank = 256;
+// Send/recv ring per ordered pair of ranks: 256 KiB by default, shrunk (to
+// no less than 16 KiB) when the world is large, so that all rings together
+// stay near 64 MiB of shared memory (world 32: 992 rings of 68 KiB).
+constexpr size_t kP2pBytesDefault = size_t{256} << 10;
+constexpr size_t kP2pBytesMin = size_t{16} << 10;
+constexpr size_t kP2pBytesAllPairs = size_t{64} << 20;
+
 // Sizes and offsets of the segment's parts, as rank 0 chooses them.
 struct SegmentPlan {
   size_t chunk_bytes, staging_buffer_bytes, p2p_bytes;
@@ -26,31 +49,32 @@ struct SegmentPlan {
 SegmentPlan planSegment(int n, const CommOptions& options) {
   SegmentPlan plan{};
   const size_t wanted = options.chunk_bytes != 0 ? options.chunk_bytes
-                        : n <= cpusAvailable()   ? size_t{1} << 20
-                                                 : size_t{4} << 20;
-  plan.chunk_bytes =
-      alignUp(std::max({wanted, size_t{64} << 10, size_t(n) * 256}), 4096);
+                        : n <= cpusAvailable()   ? kChunkBytesOwnCpus
+                                                 : kChunkBytesSharedCpus;
+  plan.chunk_bytes = alignUp(
+      std::max({wanted, kMinChunkBytes, size_t(n) * kMinChunkBytesPerRank}),
+      kPageBytes);
   // A staging buffer holds an all-reduce chunk and its reduced slices;
   // all-to-all also needs room for the size matrix row and N sub-areas.
   plan.staging_buffer_bytes = 2 * plan.chunk_bytes;
   size_t p2p = options.p2p_bytes;
   const size_t pairs = size_t(n) * size_t(n - 1);
   if (p2p == 0) {
-    p2p = size_t{256} << 10;
-    if (pairs && pairs * p2p > (size_t{64} << 20))
-      p2p = std::max(size_t{16} << 10, (size_t{64} << 20) / pairs);
+    p2p = kP2pBytesDefault;
+    if (pairs && pairs * p2p > kP2pBytesAllPairs)
+      p2p = std::max(kP2pBytesMin, kP2pBytesAllPairs / pairs);
   }
-  plan.p2p_bytes = alignUp(std::max(p2p, size_t{4096}), 4096);
-  size_t off = alignUp(sizeof(Communicator::Header), 4096);
+  plan.p2p_bytes = alignUp(std::max(p2p, kPageBytes), kPageBytes);
+  size_t off = alignUp(sizeof(Communicator::Header), kPageBytes);
   plan.ctrl_off = off;
-  off = alignUp(off + n * sizeof(Communicator::RankCtrl), 4096);
+  off = alignUp(off + n * sizeof(Communicator::RankCtrl), kPageBytes);
   plan.box_off = off;
-  off = alignUp(off + pairs * sizeof(Communicator::Mailbox), 4096);
+  off = alignUp(off + pairs * sizeof(Communicator::Mailbox), kPageBytes);
   plan.staging_off = off;
   off += size_t(n) * 2 * plan.staging_buffer_bytes;
   plan.ring_off = off;
   off += pairs * plan.p2p_bytes;
-  plan.total = alignUp(off, 4096);
+  plan.total = alignUp(off, kPageBytes);
   return plan;
 }
 

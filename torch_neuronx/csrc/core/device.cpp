@@ -14,9 +14,6 @@ namespace {
 // -1: not set by this thread, i.e. the process's first device.
 thread_local int tls_current_device = -1;
 
-// Per-device tables elsewhere (streams) are sized for this many indices.
-constexpr int kMaxDeviceIndices = 64;
-
 // A launcher's variable: unset (-1) or a non-negative integer.
 int launcherInt(const char* name) {
   const char* v = std::getenv(name);

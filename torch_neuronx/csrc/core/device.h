@@ -10,6 +10,11 @@
 
 namespace torch_neuronx {
 
+// The highest device index supported, plus one: per-device tables (the
+// current stream of each thread, the stream pools' counters) are sized for
+// this many indices, and a numbering past it is refused.
+constexpr int kMaxDeviceIndices = 64;
+
 // The runtime, initialised on first use. Throws c10::Error with a clear
 // message for a bad environment value or a forked child.
 neuron_rt::Runtime& runtime();

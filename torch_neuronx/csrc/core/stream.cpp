@@ -16,13 +16,12 @@
 namespace torch_neuronx {
 namespace {
 
-constexpr int kMaxDevices = 64;
 using neuron_rt::Device;
 
-thread_local std::array<c10::StreamId, kMaxDevices> tls_current_stream{};
+thread_local std::array<c10::StreamId, kMaxDeviceIndices> tls_current_stream{};
 
-std::array<std::atomic<uint32_t>, kMaxDevices> pool_counter_normal{};
-std::array<std::atomic<uint32_t>, kMaxDevices> pool_counter_high{};
+std::array<std::atomic<uint32_t>, kMaxDeviceIndices> pool_counter_normal{};
+std::array<std::atomic<uint32_t>, kMaxDeviceIndices> pool_counter_high{};
 
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
   return c10::Stream(c10::Stream::UNSAFE, neuronDevice(device), id);

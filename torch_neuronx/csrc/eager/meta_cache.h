@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <neuron_runtime/fnv1a.h>
 
 #include <cstdint>
 #include <memory>
@@ -65,9 +66,7 @@ class MetaCacheKey {
 // Hash of a key's words, for containers keyed by them.
 struct KeyWordsHash {
   size_t operator()(const std::vector<int64_t>& w) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t x : w) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-    return h;
+    return static_cast<size_t>(neuron_rt::fnv1aWords(w));
   }
 };
 
