@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace neuron_rt {
 
@@ -37,6 +38,27 @@ class Error : public std::runtime_error {
 
  private:
   Status status_;
+};
+
+// Thrown by a batch or a replayed graph (CapturedWork::run) when one of its
+// steps fails: which step (its label and position, from 1) and what it threw,
+// besides the message naming both ("<step> (step <index> of <item>): ...").
+class StepError : public Error {
+ public:
+  StepError(Status status, std::string step, int index,
+            std::string step_message, const std::string& message)
+      : Error(status, message),
+        step_(std::move(step)),
+        index_(index),
+        step_message_(std::move(step_message)) {}
+  const std::string& step() const { return step_; }
+  int index() const { return index_; }
+  const std::string& stepMessage() const { return step_message_; }
+
+ private:
+  std::string step_;
+  int index_;
+  std::string step_message_;
 };
 
 }  // namespace neuron_rt

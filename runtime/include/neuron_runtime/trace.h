@@ -41,6 +41,9 @@ struct ItemNote {
   int64_t estimate_ns = -1;    // estimated Trainium time; -1: not known
   bool tensor_engine = false;  // its flops run on the systolic array
   int element_bytes = 4;       // the dtype the flops are in
+  // An adaptive-eager item (the eager items it runs are its children): the
+  // id of the repeated sequence it replays, or a part of; 0 for other items.
+  uint64_t adaptive_sequence = 0;
   ItemCategory category = ItemCategory::kCompute;
   bool set = false;  // the host described the item (category, work)
   // Free-form "key=value;key=value" facts (a collective's group, size,
