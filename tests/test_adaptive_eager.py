@@ -98,7 +98,11 @@ def test_one_device_item_per_replayed_sequence(tmp_path):
     first, last = adapted[0]["name"][len("adaptive ") :].split(" .. ")
     assert children[0]["name"] == first and children[-1]["name"] == last
     assert len(children) >= 3
-    assert "adaptive=" in adapted[0]["detail"]
+    # The sequence it replays, as a field (the same sequence every step).
+    sequences = {i["adaptive_sequence"] for i in adapted}
+    assert 0 not in sequences and len(sequences) <= len(adapted)
+    assert all(i["adaptive_sequence"] == 0 for i in children)
+    assert all(i["adaptive_sequence"] == 0 for i in items if i["parent"] < 0 and i not in adapted)
     assert adapted[0]["estimate_ns"] > 0  # the sum of its ops'
     # Each op inside keeps its own device time, linked to the op that queued it;
     # the combined item is their range on the stream's track.

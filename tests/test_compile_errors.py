@@ -8,7 +8,7 @@ with a warning. The same policy decides a graph that fails to compile
 (NEFFCompilationError, or an eager run). Programs run asynchronously, so a failure is
 seen at the call only under NEURON_LAUNCH_BLOCKING=1 (a process of its own here: the
 switch is read once) or when the program waits for the device itself; otherwise it is a
-RuntimeError at the next synchronisation point, as any device error.
+``torch.neuron.DeviceError`` at the next synchronisation point, as any device error.
 """
 
 import json
@@ -23,7 +23,6 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from torch_neuronx.compile import program
 from torch_neuronx.compile.backend import _with_execution_fallback, fallback_policy
 
 DEV = "neuron"
@@ -71,7 +70,7 @@ def test_import_and_type():
     assert (str(back), back.graph, back.step, back.writes_inputs) == (str(e), e.graph, "k", 1)
 
 
-def test_async_failure_is_a_runtime_error_at_the_sync():
+def test_async_failure_is_a_device_error_at_the_sync():
     from torch_neuronx.neuron_dynamo_backend import NEFFExecutionError
 
     cf = torch.compile(gather_sum, backend="neuron")
@@ -79,29 +78,42 @@ def test_async_failure_is_a_runtime_error_at_the_sync():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         y = cf(x, torch.tensor([1, 50], device=DEV))  # queued: nothing seen yet
-        with pytest.raises(RuntimeError) as info:
+        with pytest.raises(torch.neuron.DeviceError) as info:
             y.item()
-    assert not isinstance(info.value, NEFFExecutionError)
-    m = program._DEVICE_ERROR.match(str(info.value))
-    assert m is not None, str(info.value)  # the format program.py reads
-    assert m["label"].startswith("compiled graph 0/0")
-    assert "cpp_fused_index_mul_sum_0 (step 1 of compiled graph" in m["detail"]
-    assert "index out of bounds" in m["detail"]
+    e = info.value
+    assert isinstance(e, torch.AcceleratorError) and not isinstance(e, NEFFExecutionError)
+    # The program is the work item; the step inside it failed.
+    assert e.op.startswith("compiled graph 0/0") and (e.device, e.stream) == (0, 0)
+    assert (e.step, e.step_index) == ("cpp_fused_index_mul_sum_0", 1)
+    assert "index out of bounds" in e.detail
+    assert str(e).startswith(
+        f"neuron:0: device error in {e.op} (work item {e.work_item} on stream 0): "
+        f"cpp_fused_index_mul_sum_0 (step 1 of {e.op}): {e.detail}"
+    ), str(e)
     assert not [w for w in caught if FALLBACK_WARNING in str(w.message)]
     good = torch.tensor([1, 3])
     assert cf(x, good.to(DEV)).item() == pytest.approx(gather_sum(x.cpu(), good).item())
 
 
-def test_eager_device_errors_have_the_format_programs_read():
+def test_eager_device_errors_carry_their_fields():
     x = torch.randn(10, device=DEV)
     x[torch.tensor([1], device=DEV)]  # the first call of a signature is checked at the call
     bad = x[torch.tensor([60], device=DEV)]  # later ones fail on the device
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(torch.neuron.DeviceError) as info:
         bad.cpu()
-    m = program._DEVICE_ERROR.match(str(info.value))
-    assert m is not None, str(info.value)
-    assert m["label"] == "aten::index.Tensor_out" and int(m["stream"]) == 0
-    assert m["detail"].startswith("index 60 is out of bounds for dimension 0 with size 10")
+    e = info.value
+    assert (e.op, e.device, e.stream, e.step, e.step_index) == (
+        "aten::index.Tensor_out",
+        0,
+        0,
+        None,
+        None,
+    )
+    assert e.detail.startswith("index 60 is out of bounds for dimension 0 with size 10")
+    assert str(e).startswith(
+        f"neuron:0: device error in aten::index.Tensor_out (work item {e.work_item} on "
+        f"stream 0): {e.detail}"
+    ), str(e)
 
 
 @pytest.fixture
@@ -134,7 +146,8 @@ def test_failure_seen_by_a_wait_in_the_call_raises_at_the_call():
         f"eagerly, {TURN_ON}."
     ), str(e)
     assert "reported at the next synchronization point" not in str(e)  # it was not
-    assert isinstance(e.__cause__, RuntimeError)
+    assert isinstance(e.__cause__, torch.neuron.DeviceError)
+    assert e.__cause__.op == "compiled graph 0/0 inference"
     assert "device error in compiled graph 0/0 inference" in str(e.__cause__)
     torch.neuron.synchronize()  # nothing left pending
     good = torch.tensor([4])
@@ -178,7 +191,7 @@ def test_fallback_runs_the_graph_eagerly_and_raises_what_eager_raises(monkeypatc
 
 def test_fallback_catches_nothing_else(monkeypatch):
     # A pending error of earlier work, raised by a wait inside the call, is not the
-    # program's: it stays the RuntimeError it is, with no eager re-run.
+    # program's: it stays the DeviceError it is, with no eager re-run.
     from torch_neuronx.neuron_dynamo_backend import NEFFExecutionError
 
     monkeypatch.setenv(FALLBACK_ENV, "0")
@@ -191,7 +204,9 @@ def test_fallback_catches_nothing_else(monkeypatch):
         x[torch.tensor([60], device=DEV)]  # fails later, on the device
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with pytest.raises(RuntimeError, match=r"device error in aten::index") as info:
+            with pytest.raises(
+                torch.neuron.DeviceError, match=r"device error in aten::index"
+            ) as info:
                 cf(x, torch.tensor([2], device=DEV))
     assert not isinstance(info.value, NEFFExecutionError)
     assert "index 60 is out of bounds" in str(info.value)
@@ -495,7 +510,7 @@ def test_launch_blocking_fallback_gives_the_eager_error(launch_blocking):
     r = launch_blocking["fallback"]
     # The eager run fails as eager mode does (at the op, under launch blocking), and
     # the program's failure is its context: both are in the traceback.
-    assert r["raised"] == "RuntimeError" and not r["is_neff"], r
+    assert r["raised"] == "DeviceError" and not r["is_neff"], r
     assert "device error in aten::index.Tensor_out" in r["message"]
     assert "index 50 is out of bounds for dimension 0 with size 10" in r["message"]
     assert r["context"] == "NEFFExecutionError"
@@ -516,7 +531,7 @@ def test_launch_blocking_graph_that_writes_inputs_is_not_rerun(launch_blocking):
 
 def test_launch_blocking_training_forward_falls_back(launch_blocking):
     r = launch_blocking["training"]
-    assert r["raised"] == "RuntimeError" and r["context"] == "NEFFExecutionError", r
+    assert r["raised"] == "DeviceError" and r["context"] == "NEFFExecutionError", r
     assert "index 50 is out of bounds" in r["message"]
     assert len(r["warnings"]) == 1
     expected = [0.0] * 10

@@ -1,12 +1,15 @@
-"""Device errors: raised at the next sync point, naming the op; the device stays usable."""
+"""Device errors: raised at the next sync point as torch.neuron.DeviceError (a
+torch.AcceleratorError) naming the op; the device stays usable."""
 
 import json
+import pickle
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 N = torch.neuron
+DeviceError = N.DeviceError
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +52,7 @@ def _assert_device_works():
 def test_index_select_out_of_range_raises_at_sync_point():
     y = _bad_index_select()  # no error here: the op only got queued
     z = y * y  # nor at later, asynchronous ops
-    with pytest.raises(RuntimeError) as ei:
+    with pytest.raises(DeviceError) as ei:
         z.cpu()
     msg = str(ei.value)
     assert "aten::index_select" in msg, msg
@@ -59,12 +62,57 @@ def test_index_select_out_of_range_raises_at_sync_point():
     _assert_device_works()
 
 
+def test_device_error_type_and_fields():
+    assert issubclass(DeviceError, torch.AcceleratorError)
+    assert issubclass(DeviceError, RuntimeError)  # what code written for CUDA catches
+    assert torch_neuronx_error() is DeviceError
+    s = N.Stream()
+    with N.stream(s):
+        _bad_index_select()
+    with pytest.raises(DeviceError) as ei:
+        s.synchronize()
+    e = ei.value
+    # The fields are the C++ error's, not read back from the message.
+    assert (e.device, e.stream, e.op, e.step, e.step_index) == (
+        0,
+        s.stream_id,
+        "aten::index_select",
+        None,
+        None,
+    )
+    assert e.work_item > 0
+    assert "out of range" in e.detail
+    assert isinstance(e.error_code, int)
+    assert str(e).startswith(
+        f"neuron:0: device error in aten::index_select (work item {e.work_item} on stream "
+        f"{s.stream_id}): {e.detail}\nDevice errors are reported at the next synchronization "
+        "point"
+    ), str(e)
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is DeviceError and str(back) == str(e)
+    assert (back.device, back.stream, back.work_item, back.op, back.detail) == (
+        e.device,
+        e.stream,
+        e.work_item,
+        e.op,
+        e.detail,
+    )
+    _assert_device_works()
+
+
+def torch_neuronx_error():
+    import torch_neuronx
+
+    return torch_neuronx.DeviceError
+
+
 def test_embedding_out_of_range_raises_at_sync_point():
     weight = torch.randn(4, 2, device="neuron")
     out = F.embedding(torch.tensor([1, 9], device="neuron"), weight)
-    with pytest.raises(RuntimeError) as ei:
+    with pytest.raises(DeviceError) as ei:
         N.synchronize()
     msg = str(ei.value)
+    assert ei.value.op in ("aten::index_select", "aten::embedding"), msg
     assert "index_select" in msg or "embedding" in msg, msg
     assert "out of range" in msg, msg
     del out
@@ -89,9 +137,12 @@ def test_embedding_out_of_range_raises_at_sync_point():
     ids=["item", "cpu", "tolist", "str", "synchronize", "stream.synchronize", "accelerator"],
 )
 def test_every_sync_point_raises_the_error(sync):
+    # torch's own bindings (.item(), Stream.synchronize(), ...) and ours alike:
+    # the exception keeps its type and fields through either.
     y = _bad_index_select()
-    with pytest.raises(RuntimeError, match="aten::index_select"):
+    with pytest.raises(DeviceError, match="aten::index_select") as ei:
         sync(y)
+    assert ei.value.op == "aten::index_select" and ei.value.device == 0
     _assert_device_works()
 
 
@@ -99,14 +150,14 @@ def test_event_synchronize_raises_the_error():
     _bad_index_select()
     e = N.Event()
     e.record()
-    with pytest.raises(RuntimeError, match="aten::index_select"):
+    with pytest.raises(DeviceError, match="aten::index_select"):
         e.synchronize()
     _assert_device_works()
 
 
 def test_error_is_raised_once():
     _bad_index_select()
-    with pytest.raises(RuntimeError, match="aten::index_select"):
+    with pytest.raises(DeviceError, match="aten::index_select"):
         N.synchronize()
     N.synchronize()  # reported, cleared
     _assert_device_works()
@@ -116,8 +167,9 @@ def test_error_on_side_stream():
     s = N.Stream()
     with N.stream(s):
         _bad_index_select()
-    with pytest.raises(RuntimeError, match="aten::index_select"):
+    with pytest.raises(DeviceError, match="aten::index_select") as ei:
         s.synchronize()
+    assert ei.value.stream == s.stream_id != 0
     with N.stream(s):
         _assert_device_works()
     _assert_device_works()
@@ -126,8 +178,9 @@ def test_error_on_side_stream():
 def test_other_op_errors_name_their_op():
     x = torch.randn(5, 3, device="neuron")
     g = torch.gather(x, 0, torch.tensor([[9, 0, 0]], device="neuron"))
-    with pytest.raises(RuntimeError) as ei:
+    with pytest.raises(DeviceError) as ei:
         g.cpu()
+    assert ei.value.op == "aten::gather"
     assert "aten::gather" in str(ei.value)
     _assert_device_works()
 
@@ -136,7 +189,7 @@ def test_work_after_the_failure_is_not_half_done():
     # After the error is raised, new work runs normally and old tensors stay readable.
     keep = torch.arange(10.0, device="neuron")
     _bad_index_select()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(DeviceError):
         N.synchronize()
     assert keep.tolist() == list(map(float, range(10)))
     assert (keep * 2).sum().item() == 90.0
@@ -161,8 +214,9 @@ x = torch.randn(5, 3, device="neuron")
 try:
     torch.index_select(x, 0, torch.tensor([0, 7], device="neuron"))
     r["index_select"] = None
-except RuntimeError as e:
+except torch.neuron.DeviceError as e:
     r["index_select"] = str(e)
+    r["fields"] = [e.op, e.device, e.stream, e.step]
 try:
     F.embedding(torch.tensor([1, 9], device="neuron"), torch.randn(4, 2, device="neuron"))
     r["embedding"] = None
@@ -181,6 +235,8 @@ print(json.dumps(r))
     assert r["index_select"] is not None, "no error at the op under NEURON_LAUNCH_BLOCKING=1"
     assert "aten::index_select" in r["index_select"]
     assert "out of range" in r["index_select"]
+    assert "NEURON_LAUNCH_BLOCKING" not in r["index_select"]  # raised at the op already
+    assert r["fields"] == ["aten::index_select", 0, 0, None]
     assert r["embedding"] is not None
     assert "index_select" in r["embedding"] or "embedding" in r["embedding"]
     assert r["works"] and r["index_ok"]

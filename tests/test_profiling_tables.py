@@ -255,6 +255,31 @@ def test_bound_classification():
     assert "estimated MFU" in text and "aten::mm" in text
 
 
+def test_items_carry_the_engine_their_estimate_used():
+    # The host's description of each item, as fields (not re-derived from names).
+    a = torch.randn(256, 256, device="neuron")
+    b = a.to(torch.bfloat16)
+    torch.neuron.synchronize()
+    with profile(activities=ACTS) as prof:
+        a @ a
+        b @ b
+        a + a
+        torch.neuron.synchronize()
+    items = tables.device_items(prof)
+    mm = items[items["name"] == "aten::mm"]
+    assert sorted(zip(mm["engine"], mm["element_bytes"], strict=True)) == [
+        ("tensor_bf16", 2),
+        ("tensor_fp32", 4),
+    ]
+    add = items[items["name"] == "aten::add.Tensor"].iloc[0]
+    assert (add["engine"], add["element_bytes"]) == ("vector", 4)
+    assert (items["adaptive_sequence"] == 0).all()
+    t = summary.target()
+    costs = summary.item_costs(items)
+    for row in costs[costs["name"] == "aten::mm"].itertuples():
+        assert row.compute_ns == pytest.approx(row.flops / t[f"{row.engine}_flops_per_ns"])
+
+
 def test_key_averages_and_table(small):
     ka = summary.key_averages(small).set_index("name")
     items = tables.device_items(small).set_index("name")

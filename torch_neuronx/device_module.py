@@ -19,6 +19,7 @@ from .device import (
     set_device,
     synchronize,
 )
+from .errors import DeviceError
 from .graphs import NeuronGraph, graph, is_current_stream_capturing
 from .host_memory import (
     host_memory_stats,
@@ -73,6 +74,7 @@ def _is_in_bad_fork() -> bool:
 
 
 __all__ = [
+    "DeviceError",
     "Event",
     "NeuronDeviceProperties",
     "Stream",

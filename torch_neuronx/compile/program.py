@@ -7,7 +7,8 @@ work item when the call returns — or earlier, if something in the call waits
 for the device (then the program is cut there and goes on after).
 
 A step of the program that fails is a device error. Seen at the next
-synchronisation point, it is a ``RuntimeError`` naming the program and the step.
+synchronisation point, it is a ``torch_neuronx.DeviceError`` (a
+``torch.AcceleratorError``) whose ``op`` is the program and ``step`` the failed step.
 Seen during the call — under NEURON_LAUNCH_BLOCKING=1, where each step waits for
 the device, or at a wait that cut the program — it is raised by the call as
 ``NEFFExecutionError`` (``errors.py``), which ``backend.py`` may answer with an
@@ -17,28 +18,15 @@ it, a collective) stays what it was.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from .._C import _ProgramLaunch
+from ..errors import DeviceError
 from .errors import NEFFExecutionError
 
 __all__ = ["as_program", "ProgramLaunch"]
 
 ProgramLaunch = _ProgramLaunch
-
-# A device error as raisePendingError (csrc/core/stream.cpp) words it; the test
-# test_compile_errors.py::test_device_error_format holds the two together.
-_DEVICE_ERROR = re.compile(
-    r"neuron:(?P<device>\d+): device error in (?P<label>.+?) "
-    r"\(work item (?P<seq>\d+) on stream (?P<stream>\d+)\): (?P<detail>.*)",
-    re.DOTALL,
-)
-# The step of a batched program that failed: "<step> (step 3 of <program>): ...".
-_STEP_OF_BATCH = re.compile(r"(?P<step>.+?) \(step (?P<k>\d+) of .+?\): (?P<detail>.*)", re.DOTALL)
-# What raisePendingError appends outside launch blocking; not true of an error
-# raised at the call.
-_REPORTED_LATER = "\nDevice errors are reported at the next synchronization point"
 
 
 def execution_error(
@@ -46,17 +34,16 @@ def execution_error(
 ) -> NEFFExecutionError | None:
     """``error`` (raised during a call of ``program``) as NEFFExecutionError, if it
     is a device error of one of the call's own steps; else None."""
-    m = _DEVICE_ERROR.match(str(error))
-    if m is None or not program.queued_by_call(int(m["device"]), int(m["stream"]), int(m["seq"])):
+    if not isinstance(error, DeviceError) or not program.queued_by_call(
+        error.device, error.stream, error.work_item
+    ):
         return None
-    step, detail = m["label"], m["detail"].split(_REPORTED_LATER)[0]
-    if step == program.name:  # the batch: the message names the step inside it
-        inner = _STEP_OF_BATCH.match(detail)
-        if inner is not None:
-            step, detail = f"{inner['step']} (step {inner['k']})", inner["detail"]
+    step = error.op
+    if error.step is not None:  # the batch: the step inside it
+        step = f"{error.step} (step {error.step_index})"
     message = (
-        f"neuron: {program.name} failed on neuron:{m['device']} in {step} "
-        f"(work item {m['seq']} on stream {m['stream']}): {detail}"
+        f"neuron: {program.name} failed on neuron:{error.device} in {step} "
+        f"(work item {error.work_item} on stream {error.stream}): {error.detail}"
     )
     return NEFFExecutionError(message, graph=program.name, step=step, writes_inputs=writes_inputs)
 

@@ -20,16 +20,15 @@ summary splits each item back into these parts and calls it
 * ``"network"`` for a collective whose link time (``bytes / link_bandwidth``) is larger
   than its latency part, else ``"latency"``.
 
-Which peak an item's flops ran at is read off its estimate (the engine and dtype for
-which the roofline formula gives the recorded estimate); an item whose estimate came
-from elsewhere (an NKI kernel's cost model) is split with the tensor engine's fp32
-peak for matrix products and convolutions and the vector engines' rate otherwise.
+Which peak an item's flops ran at is the item's ``engine`` (the host said so when it
+queued the item, and its estimate used it): the tensor engine at bf16 or fp32 for
+matrix products and convolutions, the vector engines' rate otherwise; an NKI kernel's
+matmul flops count at the tensor engine's fp32 peak (its estimate is its cost model's).
 """
 
 from __future__ import annotations
 
 import io
-import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -39,11 +38,7 @@ import pandas as pd
 
 import torch_neuronx.profiling.tables as tables
 
-_MATMUL_RE = re.compile(r"(mm|matmul|conv|linear|addmm|bmm|einsum)", re.IGNORECASE)
-
 BOUNDS = ("compute", "memory", "latency", "network")
-_TENSOR_FIRST = ("tensor_fp32", "tensor_bf16", "vector")
-_VECTOR_FIRST = ("vector", "tensor_fp32", "tensor_bf16")
 
 
 def target() -> dict[str, Any]:
@@ -56,9 +51,8 @@ def target() -> dict[str, Any]:
 def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.DataFrame:
     """items (a :func:`tables.device_items` table) with each item's estimate split up.
 
-    Added columns (ns unless said): ``engine`` (``"tensor_bf16"``, ``"tensor_fp32"``,
-    ``"vector"``; ``""`` for items without work), ``compute_ns`` (flops / that
-    engine's peak), ``memory_ns`` (bytes / HBM bandwidth), ``fixed_ns`` (the model's
+    Added columns (ns unless said): ``compute_ns`` (flops / the peak of the item's
+    ``engine``), ``memory_ns`` (bytes / HBM bandwidth), ``fixed_ns`` (the model's
     per-item latency, for items with an estimate), ``network_ns`` (collectives:
     bytes / link bandwidth), ``bound`` (the largest part's name; ``""`` without an
     estimate or with a zero one), ``has_children``, ``leaf`` (a top-level item
@@ -77,25 +71,12 @@ def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.D
         "tensor_fp32": float(m["tensor_fp32_flops_per_ns"]),
         "vector": float(m["vector_elems_per_ns"]),
     }
-    # The engine whose roofline reproduces the recorded estimate (to the ns the
-    # runtime rounds to). When several do (compute under memory for each), the
-    # op's kind decides: matrix products on the tensor engine, the rest on the
-    # vector engines.
-    matches = {
-        name: (est >= 0) & (np.abs(np.maximum(flops / peak, memory) + fixed - est) <= 1.0)
-        for name, peak in peaks.items()
-    }
-    names = df["name"].astype(str).tolist()
-    engine = np.array([""] * len(df), dtype=object)
-    compute = np.zeros(len(df))
-    for i in range(len(df)):
-        if flops[i] <= 0:
-            continue
-        order = _TENSOR_FIRST if _MATMUL_RE.search(names[i]) else _VECTOR_FIRST
-        # Not a roofline estimate (or none): the first of the kind's engines.
-        kind = next((e for e in order if matches[e][i]), order[0])
-        engine[i] = kind
-        compute[i] = flops[i] / peaks[kind]
+    # The engine the host estimated the item's flops on (its roofline's peak;
+    # an NKI kernel's matmul flops: the tensor engine at fp32).
+    engine = df["engine"].fillna("").astype(str).to_numpy(dtype=object)
+    compute = np.array(
+        [f / peaks[e] if f > 0 and e in peaks else 0.0 for f, e in zip(flops, engine, strict=True)]
+    )
 
     category = df["category"].astype(str).to_numpy()
     parent = df["parent"].to_numpy()
@@ -120,7 +101,6 @@ def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.D
             continue
         bound[i] = _bound(compute[i], memory[i], fixed_col[i], network[i], category[i])
 
-    df["engine"] = engine
     df["compute_ns"] = compute
     df["memory_ns"] = memory
     df["fixed_ns"] = fixed_col

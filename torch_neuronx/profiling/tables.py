@@ -54,6 +54,9 @@ ITEM_FIELDS = (
     "skipped",
     "flops",
     "bytes",
+    "engine",
+    "element_bytes",
+    "adaptive_sequence",
     "estimate_ns",
     "estimate_start_ns",
     "parent",
@@ -210,7 +213,18 @@ def _rebuild_items(prof, dev_events: list, start_ns: int | None) -> list[dict]:
             meta = same.pop(0) if same else {}
         if estimate_key is None:
             estimate_key = next((k for k in meta if k.startswith("estimated ")), None)
-        known = {"stream", "seq", "category", "flops", "bytes", "correlation", "skipped"}
+        known = {
+            "stream",
+            "seq",
+            "category",
+            "flops",
+            "bytes",
+            "engine",
+            "element_bytes",
+            "adaptive_sequence",
+            "correlation",
+            "skipped",
+        }
         detail = ";".join(
             f"{k}={v}"
             for k, v in meta.items()
@@ -233,6 +247,9 @@ def _rebuild_items(prof, dev_events: list, start_ns: int | None) -> list[dict]:
                 "skipped": bool(meta.get("skipped", 0)),
                 "flops": float(meta.get("flops", 0.0)),
                 "bytes": float(meta.get("bytes", 0.0)),
+                "engine": str(meta.get("engine", "")),
+                "element_bytes": int(meta.get("element_bytes", 4)),
+                "adaptive_sequence": int(meta.get("adaptive_sequence", 0)),
                 "estimate_ns": round(float(est_us) * 1e3) if est_us is not None else -1,
                 "estimate_start_ns": start,
                 "parent": -1,
@@ -291,8 +308,12 @@ def device_items(prof) -> pd.DataFrame:
     """prof's device items, one row each.
 
     Columns: every field of ``_C._profiler_items()`` (times in unix ns, the clock
-    torch.profiler's events use; ``estimate_ns`` -1 = no estimate; ``parent`` the row
-    of the item a child belongs to, -1 none) plus ``duration_ns`` (end - start,
+    torch.profiler's events use; ``estimate_ns`` -1 = no estimate; ``engine`` the
+    engine its flops are estimated on, ``"tensor_bf16"``, ``"tensor_fp32"``,
+    ``"vector"``, ``""`` without flops; ``element_bytes`` the size of the dtype its
+    flops are in; ``adaptive_sequence`` for an adaptive-eager item the id of the
+    repeated op sequence it runs, 0 for other items; ``parent`` the row of the item a
+    child belongs to, -1 none) plus ``duration_ns`` (end - start,
     measured on the simulated device), ``start_us``, ``end_us``, ``queued_us``,
     ``estimate_start_us`` (the same times in us from the start of the profile, the
     base of ``ops``'s times), ``host_correlation`` (the ``ops`` row that queued the
@@ -315,6 +336,9 @@ def device_items(prof) -> pd.DataFrame:
             "skipped": "bool",
             "flops": "float64",
             "bytes": "float64",
+            "engine": "string",
+            "element_bytes": "int64",
+            "adaptive_sequence": "uint64",
             "estimate_ns": "int64",
             "estimate_start_ns": "int64",
             "parent": "int64",

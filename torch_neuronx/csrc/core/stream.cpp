@@ -12,6 +12,7 @@
 
 #include "core/compute_pool.h"
 #include "core/device.h"
+#include "core/device_error.h"
 
 namespace torch_neuronx {
 namespace {
@@ -124,15 +125,7 @@ void raisePendingError(c10::DeviceIndex device) {
   if (!err) return;
   if (err->status == neuron_rt::Status::kCollectiveFailed)
     C10_THROW_ERROR(DistBackendError, err->message);  // names the collective
-  TORCH_CHECK(false, "neuron:", static_cast<int>(device), ": device error in ",
-              err->label, " (work item ", err->seq, " on stream ", err->stream,
-              "): ", err->message,
-              launchBlocking()
-                  ? ""
-                  : "\nDevice errors are reported at the next synchronization "
-                    "point, so the Python stack may point past the failing "
-                    "op; set NEURON_LAUNCH_BLOCKING=1 to raise them at the op "
-                    "itself.");
+  throwDeviceError(deviceErrorInfo(device, *err));
 }
 
 void synchronizeStream(const c10::Stream& stream) {

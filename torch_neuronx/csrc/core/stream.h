@@ -44,7 +44,8 @@ void launchTask(c10::DeviceIndex device, const char* label,
 void synchronizeStream(const c10::Stream& stream);
 // Waits for every stream of `device` and raises any pending error.
 void synchronizeDevice(c10::DeviceIndex device);
-// Raises (as c10::Error) the first pending device error of `device`, if any.
+// Raises the first pending device error of `device`, if any: a DeviceError
+// (core/device_error.h), or DistBackendError for a failed collective.
 void raisePendingError(c10::DeviceIndex device);
 
 }  // namespace torch_neuronx

@@ -37,6 +37,13 @@ int64_t ownEstimate(const neuron_rt::ItemNote& n,
                                n.element_bytes, model);
 }
 
+// The engine rooflineNs takes the item's flops to (its peak).
+const char* engineOf(const neuron_rt::ItemNote& n) {
+  if (n.flops <= 0) return "";
+  if (!n.tensor_engine) return "vector";
+  return n.element_bytes >= 4 ? "tensor_fp32" : "tensor_bf16";
+}
+
 }  // namespace
 
 int64_t steadyToUnixOffsetNs() {
@@ -94,6 +101,9 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
     d.skipped = r.skipped;
     d.flops = r.note.flops;
     d.bytes = r.note.bytes;
+    d.engine = engineOf(r.note);
+    d.element_bytes = r.note.element_bytes;
+    d.adaptive_sequence = r.note.adaptive_sequence;
     d.estimate_ns = r.skipped ? 0 : ownEstimate(r.note, model);
     d.estimate_start_ns = 0;
     d.parent = parent;

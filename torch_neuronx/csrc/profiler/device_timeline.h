@@ -27,6 +27,13 @@ struct DeviceItem {
   bool skipped;
   double flops;
   double bytes;
+  // The engine its flops are estimated on: "tensor_bf16", "tensor_fp32",
+  // "vector"; "" when it has no flops. The host's, as the estimate used it.
+  std::string engine;
+  int element_bytes;  // the size of the dtype its flops are in
+  // An adaptive-eager item (its children are the eager ops it ran): the id
+  // of the repeated sequence it replays (or part of); 0 for other items.
+  uint64_t adaptive_sequence;
   int64_t estimate_ns;  // -1: no estimate
   int64_t estimate_start_ns;
   // The item this one is a child of (-1: none), by position in the list.

@@ -159,14 +159,13 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     for (size_t i = 0; i < items.size(); ++i) {
       const DeviceItem& it = items[i];
       streams_.insert({it.device, it.stream});
-      // An adaptive-eager item (its detail says so) is its ops, each queued
-      // by its own host op: the ops are the kernels, linked to those ops,
-      // and the combined item is their range (an annotation), so every op
-      // keeps its own device time in key_averages().
-      const bool adaptive_range =
-          it.parent < 0 && it.detail.rfind("adaptive=", 0) == 0;
+      // An adaptive-eager item is its ops, each queued by its own host op:
+      // the ops are the kernels, linked to those ops, and the combined item
+      // is their range (an annotation), so every op keeps its own device
+      // time in key_averages().
+      const bool adaptive_range = it.parent < 0 && it.adaptive_sequence != 0;
       const bool adaptive_op =
-          it.parent >= 0 && items[it.parent].detail.rfind("adaptive=", 0) == 0;
+          it.parent >= 0 && items[it.parent].adaptive_sequence != 0;
       const bool child = it.parent >= 0 && !adaptive_op;
       const bool annotation = child || adaptive_range;
       const libkineto::ITraceActivity* host_op =
@@ -191,9 +190,15 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         if (it.estimate_ns >= 0)
           a.addMetadata("estimated " + target + " us",
                         static_cast<double>(it.estimate_ns) / 1e3);
-        if (it.flops > 0) a.addMetadata("flops", it.flops);
+        if (it.flops > 0) {
+          a.addMetadata("flops", it.flops);
+          a.addMetadataQuoted("engine", it.engine);
+          a.addMetadata("element_bytes", it.element_bytes);
+        }
         if (it.bytes > 0) a.addMetadata("bytes", it.bytes);
         if (it.skipped) a.addMetadata("skipped", 1);
+        if (it.adaptive_sequence)
+          a.addMetadata("adaptive_sequence", it.adaptive_sequence);
         addDetail(a, it.detail);
         if (!annotation) {
           a.id = static_cast<int32_t>(it.correlation);

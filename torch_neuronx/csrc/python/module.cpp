@@ -18,6 +18,8 @@ namespace py = pybind11;
 
 namespace torch_neuronx {
 void registerBackend();
+void translateErrors();
+void bindErrors(py::module_& m);
 void bindHostMemory(py::module_& m);
 void bindMemory(py::module_& m);
 void bindDistributed(py::module_& m);
@@ -93,22 +95,8 @@ py::list drainTrace() {
 
 PYBIND11_MODULE(_C, m) {
   registerBackend();
-  // Local: torch's own bindings keep their translations.
-  py::register_local_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const c10::DistBackendError& e) {
-      py::object type =
-          py::module_::import("torch.distributed").attr("DistBackendError");
-      PyErr_SetString(type.ptr(), e.what_without_backtrace());
-    } catch (const c10::IndexError& e) {
-      PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
-    } catch (const c10::OutOfMemoryError& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
-    } catch (const c10::Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
-    }
-  });
+  translateErrors();
+  bindErrors(m);
 
   m.def("_init", [] { (void)runtime(); });
   m.def("_validated_call_count", [] { return validatedCallCount(); });

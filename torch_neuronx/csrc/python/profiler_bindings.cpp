@@ -36,6 +36,9 @@ py::list lastItems() {
     d["skipped"] = it.skipped;
     d["flops"] = it.flops;
     d["bytes"] = it.bytes;
+    d["engine"] = it.engine;
+    d["element_bytes"] = it.element_bytes;
+    d["adaptive_sequence"] = it.adaptive_sequence;
     d["estimate_ns"] = it.estimate_ns;
     d["estimate_start_ns"] = it.estimate_start_ns;
     d["parent"] = it.parent;
