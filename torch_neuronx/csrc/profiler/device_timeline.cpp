@@ -46,6 +46,20 @@ const char* engineOf(const neuron_rt::ItemNote& n) {
 
 }  // namespace
 
+neuron_rt::TrainiumModel deviceModel() {
+  // A device is a logical core: its engines and bandwidth are its cores'.
+  return neuron_rt::logicalCoreModel(
+      neuron_rt::trainiumModel(),
+      runtime().topology().config().logical_core_size);
+}
+
+int physicalCoresPerDevice() {
+  return neuron_rt::hardwareSpec(neuron_rt::trainiumModel().target)
+                 .logical_cores
+             ? runtime().topology().config().logical_core_size
+             : 1;
+}
+
 int64_t steadyToUnixOffsetNs() {
   // The smallest of a few samples' differences: a preemption between the
   // two clock reads only ever makes one larger.
@@ -64,10 +78,7 @@ int64_t steadyToUnixOffsetNs() {
 std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
                                       int64_t off) {
   const int first_index = deviceNumbering().first;
-  // A device is a logical core: its engines and bandwidth are its cores'.
-  const neuron_rt::TrainiumModel model = neuron_rt::logicalCoreModel(
-      neuron_rt::trainiumModel(),
-      runtime().topology().config().logical_core_size);
+  const neuron_rt::TrainiumModel model = deviceModel();
   // Items in stream order; a child is recorded before its item (it ran
   // inside it), so children are collected per (device, stream, parent).
   using Key = std::tuple<int, int, uint64_t>;

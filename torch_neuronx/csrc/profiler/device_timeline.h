@@ -6,6 +6,7 @@
 #pragma once
 
 #include <neuron_runtime/trace.h>
+#include <neuron_runtime/trainium_estimate.h>
 
 #include <cstdint>
 #include <string>
@@ -45,6 +46,13 @@ struct DeviceItem {
 // estimates and estimated start times; children follow their items.
 std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
                                       int64_t steady_to_unix_ns);
+
+// The model estimates are made with for one device (a logical core): the
+// target's NeuronCore model for the runtime's logical-core size.
+neuron_rt::TrainiumModel deviceModel();
+// The NeuronCores one device spans on the target (1 on a generation without
+// logical cores).
+int physicalCoresPerDevice();
 
 // The offset from the steady clock the runtime uses to unix time.
 int64_t steadyToUnixOffsetNs();

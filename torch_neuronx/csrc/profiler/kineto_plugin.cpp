@@ -25,6 +25,7 @@
 
 #include "core/device.h"
 #include "profiler/device_timeline.h"
+#include "profiler/registration.h"
 
 namespace torch_neuronx::profiler {
 namespace {

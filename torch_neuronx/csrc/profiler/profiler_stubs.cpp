@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "core/stream.h"
+#include "profiler/registration.h"
 
 namespace torch_neuronx::profiler {
 namespace {

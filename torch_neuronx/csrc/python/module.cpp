@@ -13,6 +13,7 @@
 #include "core/stream.h"
 #include "eager/first_call_validation.h"
 #include "eager/op_stats.h"
+#include "profiler/registration.h"
 
 namespace py = pybind11;
 
@@ -95,6 +96,7 @@ py::list drainTrace() {
 
 PYBIND11_MODULE(_C, m) {
   registerBackend();
+  profiler::registerProfiler();
   translateErrors();
   bindErrors(m);
 

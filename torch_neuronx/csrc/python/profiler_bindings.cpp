@@ -1,7 +1,6 @@
 // torch_neuronx._C profiler bindings: the last profiling session's device
 // items (the Parquet tables, the step summary) and the Trainium model the
 // estimates use.
-#include <neuron_runtime/runtime.h>
 #include <neuron_runtime/trainium_estimate.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -12,11 +11,6 @@
 namespace py = pybind11;
 
 namespace torch_neuronx {
-namespace profiler {
-void registerKinetoPlugin();
-void registerProfilerStubs();
-}  // namespace profiler
-
 namespace {
 
 py::list lastItems() {
@@ -64,29 +58,19 @@ py::dict modelDict(const neuron_rt::TrainiumModel& m) {
 }  // namespace
 
 void bindProfiler(py::module_& m) {
-  profiler::registerKinetoPlugin();
-  profiler::registerProfilerStubs();
   m.def("_profiler_items", &lastItems);
   // The model of one device (a logical core) the estimates use.
   m.def("_profiler_target", [] {
-    const int lnc =
-        neuron_rt::Runtime::get().topology().config().logical_core_size;
-    const neuron_rt::TrainiumModel& model = neuron_rt::trainiumModel();
-    py::dict d = modelDict(neuron_rt::logicalCoreModel(model, lnc));
-    d["physical_cores_per_device"] =
-        neuron_rt::hardwareSpec(model.target).logical_cores ? lnc : 1;
+    py::dict d = modelDict(profiler::deviceModel());
+    d["physical_cores_per_device"] = profiler::physicalCoresPerDevice();
     return d;
   });
-  m.def("_profiler_set_target", [](neuron_rt::Target target) {
-    neuron_rt::setTrainiumTarget(target);
-  });
+  m.def("_profiler_set_target",
+        [](neuron_rt::Target target) { neuron_rt::setTrainiumTarget(target); });
   m.def("_roofline_ns",
         [](double flops, double bytes, bool tensor_engine, int element_bytes) {
-          const int lnc =
-              neuron_rt::Runtime::get().topology().config().logical_core_size;
-          return neuron_rt::rooflineNs(
-              flops, bytes, tensor_engine, element_bytes,
-              neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(), lnc));
+          return neuron_rt::rooflineNs(flops, bytes, tensor_engine,
+                                       element_bytes, profiler::deviceModel());
         });
 }
 
