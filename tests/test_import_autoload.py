@@ -51,7 +51,7 @@ def test_autoload_disabled_then_explicit_import(run_py, check):
             t = torch.arange(4, device="neuron") + torch.arange(4, device="neuron")
             after = {
                 "has_module": hasattr(torch, "neuron"),
-                "is_pkg": torch.neuron is torch_neuronx.device_module,
+                "is_pkg": torch.neuron is torch_neuronx.neuron,
                 "values": t.cpu().tolist(),
             }
             print(json.dumps({"before": before, "after": after}))

@@ -27,7 +27,7 @@ def _register():
     returns the device module."""
     # 1. The name first: _C registers the backend with c10/ATen when it loads.
     torch.utils.rename_privateuse1_backend("neuron")
-    from . import _C, device_module  # noqa: F401  (_C: loaded by device_module)
+    from . import _C, neuron  # noqa: F401  (_C: loaded by neuron)
 
     # 2. Op tracking from TORCH_NEURONX_OP_TRACKING, before any op runs.
     from .op_stats import _track_from_env
@@ -35,7 +35,7 @@ def _register():
     _track_from_env()
 
     # Adaptive eager from TORCH_NEURONX_ADAPTIVE_EAGER, before any op runs.
-    from .adaptive_eager import apply_env as _adaptive_from_env
+    from .neuron.adaptive_eager import apply_env as _adaptive_from_env
 
     _adaptive_from_env()
 
@@ -45,9 +45,9 @@ def _register():
 
     compile_registration.install()
 
-    # 4. torch.neuron, also under TorchNeuron's spellings.
-    torch._register_device_module("neuron", device_module)
-    _alias_device_module(device_module)
+    # 4. torch.neuron: the package torch_neuronx.neuron (TorchNeuron's spelling).
+    torch._register_device_module("neuron", neuron)
+    _alias_submodules(neuron)
 
     # 5. Tensor/Module methods (.neuron(), .is_neuron); sending a neuron tensor
     # to another process raises a clear error (after torch.multiprocessing
@@ -86,18 +86,18 @@ def _register():
 
     # 9. Queued device work finishes before the interpreter exits.
     atexit.register(_drain_at_exit)
-    return device_module
+    return neuron
 
 
-def _alias_device_module(device_module) -> None:
-    # TorchNeuron's spelling: torch_neuronx.neuron is the device module itself.
-    # The sys.modules entries make `import torch.neuron.memory` (as `import
-    # torch.cuda.memory`) and `import torch_neuronx.neuron` work: the device
-    # module is a plain module, not a package, so the import system cannot
-    # find them.
-    sys.modules[f"{__name__}.neuron"] = device_module
-    for parent in ("torch.neuron", f"{__name__}.neuron"):
-        sys.modules[f"{parent}.memory"] = device_module.memory
+def _alias_submodules(neuron) -> None:
+    # `import torch.neuron.memory` (as `import torch.cuda.memory`) must find the
+    # module torch_neuronx.neuron.memory: torch registered the package under
+    # sys.modules["torch.neuron"], so the import system would load its parts a
+    # second time under the torch.neuron name.
+    prefix = f"{neuron.__name__}."
+    for name, module in list(sys.modules.items()):
+        if name.startswith(prefix):
+            sys.modules["torch.neuron." + name[len(prefix) :]] = module
 
 
 def _drain_at_exit() -> None:
@@ -106,7 +106,7 @@ def _drain_at_exit() -> None:
     from . import _C
 
     if _C._is_initialized() and not _C._is_in_bad_fork():
-        from .device import _device_range
+        from .neuron.device import _device_range
 
         for i in _device_range():
             try:
@@ -117,9 +117,8 @@ def _drain_at_exit() -> None:
 
 neuron = _register()
 
-# Every torch.neuron.<name> is also torch_neuronx.<name> (bound now: some, like
-# `device`, would otherwise be found as the submodule of the same name); the
-# package's own names besides.
+# Every torch.neuron.<name> is also torch_neuronx.<name>; the package's own
+# names besides.
 globals().update({name: getattr(neuron, name) for name in neuron.__all__})
 _OP_TRACKING = ("clear_op_stats", "clear_op_tracking", "get_executed_ops", "get_fallback_ops")
 __all__ = [*neuron.__all__, *_OP_TRACKING, "neuron"]

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..graphs import NeuronGraph, graph
+from ..neuron.graphs import NeuronGraph, graph
 
 MAX_CAPTURES = 8
 

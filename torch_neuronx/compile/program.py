@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._C import _ProgramLaunch
-from ..errors import DeviceError
+from ..neuron.errors import DeviceError
 from .errors import NEFFExecutionError
 
 __all__ = ["as_program", "ProgramLaunch"]

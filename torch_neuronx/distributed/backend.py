@@ -56,7 +56,7 @@ def _share_device_layout(store, rank: int, host_of_rank: list[int]) -> None:
     ``device_count()``; and each index's logical core gives
     ``get_device_properties`` another local rank's devices.
     """
-    from ..device import _own_device_cores, _set_host_device_cores
+    from ..neuron.device import _own_device_cores, _set_host_device_cores
 
     size = len(host_of_rank)
     own = _own_device_cores()

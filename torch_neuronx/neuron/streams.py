@@ -190,7 +190,7 @@ class StreamContext:
     def __enter__(self) -> torch.Stream | None:
         if self.stream is None:
             return None
-        from . import _C
+        from .. import _C
 
         self.prev_device = _C._exchange_device(self.stream.device_index)
         self.prev = current_stream(self.stream.device_index)
@@ -200,7 +200,7 @@ class StreamContext:
     def __exit__(self, *exc: object) -> bool:
         if self.stream is None:
             return False
-        from . import _C
+        from .. import _C
 
         set_stream(self.prev)
         _C._set_device(self.prev_device)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from . import _C
+from .. import _C
 from .device import _DeviceLike, _index, device_count
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import _C
+from .. import _C
 from .device import _DeviceLike, _index, _lazy_init, is_initialized
 
 

@@ -1,6 +1,23 @@
-"""The ``torch.neuron`` module: the device API, gathered from its parts."""
+"""``torch.neuron`` (also ``torch_neuronx.neuron``): the device API, as ``torch.cuda`` is
+CUDA's.
 
-from . import memory  # noqa: F401  (torch.neuron.memory._snapshot, as torch.cuda.memory)
+A package of one module per part — ``device`` (which devices exist, the current one,
+synchronisation), ``streams``, ``memory``, ``random``, ``graphs``, ``host_memory``,
+``amp``, ``adaptive_eager``, ``errors`` — whose public names are gathered here.
+``torch_neuronx`` registers it as torch's device module for ``neuron``.
+"""
+
+from .. import _C
+from ..compile.metrics import get_dynamo_metrics, reset_dynamo_metrics
+from .adaptive_eager import (
+    adaptive_eager,
+    adaptive_eager_stats,
+    is_adaptive_eager_enabled,
+    reset_adaptive_eager,
+    reset_adaptive_eager_stats,
+    set_adaptive_eager,
+)
+from .amp import get_amp_supported_dtype  # torch.autocast("neuron") looks it up here
 from .device import (
     NeuronDeviceProperties,
     _lazy_init,  # noqa: F401  (torch looks for it on device modules)
@@ -66,19 +83,15 @@ from .streams import (
     stream,
 )
 
-
-def _is_in_bad_fork() -> bool:
-    from . import _C
-
-    return _C._is_in_bad_fork()
-
-
 __all__ = [
     "DeviceError",
     "Event",
     "NeuronDeviceProperties",
+    "NeuronGraph",
     "Stream",
     "StreamContext",
+    "adaptive_eager",
+    "adaptive_eager_stats",
     "current_device",
     "current_stream",
     "default_stream",
@@ -86,18 +99,23 @@ __all__ = [
     "device_count",
     "device_of",
     "empty_cache",
+    "get_amp_supported_dtype",
     "get_device_capability",
     "get_device_name",
     "get_device_properties",
+    "get_dynamo_metrics",
     "get_per_process_memory_fraction",
     "get_rng_state",
     "get_rng_state_all",
+    "graph",
     "host_memory_stats",
     "host_memory_stats_as_nested_dict",
     "init",
     "initial_seed",
+    "is_adaptive_eager_enabled",
     "is_available",
     "is_bf16_supported",
+    "is_current_stream_capturing",
     "is_initialized",
     "launch_blocking",
     "manual_seed",
@@ -112,10 +130,14 @@ __all__ = [
     "memory_summary",
     "reset_accumulated_host_memory_stats",
     "reset_accumulated_memory_stats",
+    "reset_adaptive_eager",
+    "reset_adaptive_eager_stats",
+    "reset_dynamo_metrics",
     "reset_peak_host_memory_stats",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",
+    "set_adaptive_eager",
     "set_device",
     "set_per_process_memory_fraction",
     "set_rng_state",
@@ -125,36 +147,10 @@ __all__ = [
     "synchronize",
 ]
 
-__all__ += ["NeuronGraph", "graph", "is_current_stream_capturing"]
 
-# Adaptive eager (adaptive_eager.py): repeated op sequences run as one item.
-from .adaptive_eager import (  # noqa: E402
-    adaptive_eager,
-    adaptive_eager_stats,
-    is_adaptive_eager_enabled,
-    reset_adaptive_eager,
-    reset_adaptive_eager_stats,
-    set_adaptive_eager,
-)
+def _is_in_bad_fork() -> bool:
+    return _C._is_in_bad_fork()
 
-__all__ += [
-    "adaptive_eager",
-    "adaptive_eager_stats",
-    "is_adaptive_eager_enabled",
-    "reset_adaptive_eager",
-    "reset_adaptive_eager_stats",
-    "set_adaptive_eager",
-]
-
-# torch.autocast("neuron") looks this up on the device module.
-from .amp import get_amp_supported_dtype  # noqa: E402
-
-__all__ += ["get_amp_supported_dtype"]
-
-# torch.compile: what the neuron backend compiled (torch_neuronx/compile/metrics.py).
-from .compile.metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402
-
-__all__ += ["get_dynamo_metrics", "reset_dynamo_metrics"]
 
 # Inductor asks the device module for these when it registers a PrivateUse1
 # device (torch/_inductor/codegen/common.py, init_backend_registration); they
@@ -176,7 +172,7 @@ def __getattr__(name: str):
 
         return default_generators()
     if name in _INDUCTOR_NAMES:
-        from .compile import inductor_device
+        from ..compile import inductor_device
 
         inductor_device.register()
         return {

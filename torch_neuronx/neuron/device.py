@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from . import _C
+from .. import _C
 
 _DeviceLike = torch.device | str | int | None
 

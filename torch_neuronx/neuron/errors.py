@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _C
+from .. import _C
 
 __all__ = ["DeviceError"]
 

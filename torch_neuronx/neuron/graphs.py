@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import _C
+from .. import _C
 from .device import current_device, synchronize
 from .memory import empty_cache
 from .streams import Stream, current_stream

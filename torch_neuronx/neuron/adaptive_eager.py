@@ -23,7 +23,7 @@ import os
 import warnings
 from collections.abc import Iterator
 
-from . import _C
+from .. import _C
 
 ENV_VAR = "TORCH_NEURONX_ADAPTIVE_EAGER"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from . import _C
+from .. import _C
 
 
 def host_memory_stats_as_nested_dict() -> dict[str, Any]:
