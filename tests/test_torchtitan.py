@@ -13,127 +13,46 @@ answers that import for its one module when Triton is not installed.
 
 from __future__ import annotations
 
-import json
-import random
-import re
-import socket
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from bounded_job import clean_env, run_bounded
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "torchtitan"))
+import titan_job  # noqa: E402  (the example's job: assets, command, log)
+
 pytest.importorskip("torchtitan")
-tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("tokenizers")
 
 STEPS = 3
-
-# Runs torchtitan.train; TT_DEVICE=cpu makes the CPU twin.
-RUNNER = textwrap.dedent(
-    """
-    import os, runpy, sys, types
-    import torch  # loads torch_neuronx and its shims
-    if os.environ.get("TT_DEVICE") == "cpu":
-        # The calls TorchTitan makes of its device module, for the CPU.
-        cpu = types.ModuleType("cpu_device_module")
-        cpu.__dict__.update(
-            current_device=lambda: 0, set_device=lambda d: None,
-            synchronize=lambda *a: None, get_device_name=lambda *a: "cpu",
-            empty_cache=lambda: None, reset_peak_memory_stats=lambda *a: None,
-            memory_stats=lambda *a: {},
-            get_device_properties=lambda *a: types.SimpleNamespace(
-                name="cpu", total_memory=1 << 34),
-        )
-        import torchtitan.tools.utils as tu
-        tu.device_type, tu.device_module = "cpu", cpu
-        import torchtitan.distributed.utils as du
-        # A barrier on the accelerator's device ids, which a CPU group lacks.
-        du.set_pg_timeouts = lambda *a, **k: None
-    sys.argv = ["torchtitan.train"] + sys.argv[1:]
-    runpy.run_module("torchtitan.train", run_name="__main__")
-    """
-)
-
-CONFIG = """
-[job]
-dump_folder = "{root}/out"
-[metrics]
-log_freq = 1
-[model]
-name = "llama3"
-flavor = "debugmodel"
-hf_assets_path = "{root}/tokenizer"
-[optimizer]
-name = "AdamW"
-lr = 8e-4
-[lr_scheduler]
-warmup_steps = 2
-[training]
-local_batch_size = 2
-seq_len = 128
-steps = {steps}
-dataset = "c4_test"
-dataset_path = "{root}/c4"
-[debug]
-seed = 42
-[checkpoint]
-enable = false
-"""
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
-    """A BPE tokenizer and a c4-format data set, made here, and the job's config."""
-    root = tmp_path_factory.mktemp("torchtitan")
-    rng = random.Random(0)
-    words = "the cat sat on a mat dog ran in park neuron core tile kernel train step".split()
-    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(20, 60))) for _ in range(400)]
-    (root / "c4").mkdir()
-    with open(root / "c4" / "c4.jsonl", "w") as f:
-        for t in texts:
-            f.write(json.dumps({"text": t}) + "\n")
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    specials = ["<unk>", "<|begin_of_text|>", "<|end_of_text|>"]
-    tok.train_from_iterator(
-        texts, tokenizers.trainers.BpeTrainer(vocab_size=256, special_tokens=specials)
-    )
-    (root / "tokenizer").mkdir()
-    tok.save(str(root / "tokenizer" / "tokenizer.json"))
-    config = {"bos_token": specials[1], "eos_token": specials[2], "add_bos_token": True}
-    (root / "tokenizer" / "tokenizer_config.json").write_text(json.dumps(config))
-    (root / "job.toml").write_text(CONFIG.format(root=root, steps=STEPS))
-    (root / "runner.py").write_text(RUNNER)
-    return root
+    """A BPE tokenizer, a c4-format data set and the job's config, made here."""
+    return titan_job.make_assets(tmp_path_factory.mktemp("torchtitan"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def train(assets: Path, device: str, *args: str) -> list[float]:
-    """The losses of a single-process torchtitan.train run on ``device``."""
-    env = clean_env(
-        drop_local=True,
-        TT_DEVICE=device,
-        WORLD_SIZE="1",
-        RANK="0",
-        LOCAL_RANK="0",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-    )
-    cmd = [sys.executable, str(assets / "runner.py"), "--job.config_file", str(assets / "job.toml")]
-    out, err = run_bounded(
-        [*cmd, *args], env=env, timeout=600, cwd=assets, what=f"torchtitan.train on {device}"
-    )
-    out = out + err  # TorchTitan logs to stderr
-    out = re.sub(r"\x1b\[[0-9;]*m", "", out)
-    losses = [float(x) for x in re.findall(r"step:\s+\d+\s+loss:\s+([0-9.]+)", out)]
-    assert len(losses) == STEPS, out[-4000:]
-    return losses
+def train(
+    assets: Path,
+    device: str,
+    *args: str,
+    nproc: int = 1,
+    steps: int = STEPS,
+    logged: int | None = None,
+    timeout: float = 600,
+) -> list[float]:
+    """The losses of a torchtitan.train run on ``device`` with ``nproc`` processes,
+    ``steps`` steps of which ``logged`` (default all) are expected in the log — a
+    resumed run logs only the steps after its checkpoint."""
+    cmd, extra = titan_job.command(assets, device, *args, nproc=nproc, steps=steps)
+    env = clean_env(drop_local=True, **extra)
+    what = f"torchtitan.train on {device} x{nproc} {' '.join(args)}"
+    out, err = run_bounded(cmd, env=env, timeout=timeout, cwd=assets, what=what)
+    log = titan_job.parse(out + err)  # TorchTitan logs to stderr
+    assert len(log.losses) == (steps if logged is None else logged), (out + err)[-4000:]
+    return log.losses
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +79,108 @@ def test_compiled_with_selective_activation_checkpointing(assets, cpu_losses):
         "selective",
     )
     assert losses == pytest.approx(cpu_losses, rel=1e-4)
+
+
+FSDP2 = ("--parallelism.data_parallel_shard_degree", "2")
+TP2 = ("--parallelism.tensor_parallel_degree", "2")
+FLOAT8 = ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.emulate")
+
+
+@pytest.fixture(scope="module")
+def seed(assets) -> tuple[str, ...]:
+    """Options that start a run from the weights one process initialises (TorchTitan's
+    seed checkpoint): a sharded model draws its initial weights shard by shard, which
+    gives other weights than one process draws — on CUDA as here."""
+    dump = assets / "seed"
+    train(
+        assets,
+        "cpu",
+        "--checkpoint.enable",
+        "--checkpoint.create_seed_checkpoint",
+        "--job.dump_folder",
+        str(dump),
+        logged=0,
+    )
+    return (
+        "--checkpoint.enable",
+        "--checkpoint.initial_load_path",
+        str(dump / "checkpoint" / "step-0"),
+    )
+
+
+@pytest.fixture(scope="module")
+def cpu_fsdp2_losses(assets, seed) -> list[float]:
+    # The CPU twin on 2 processes (gloo): each data-parallel rank reads its own part of
+    # the data, so the losses of a data-parallel run differ from a single process's.
+    return train(assets, "cpu", *FSDP2, *seed, nproc=2)
+
+
+def test_tensor_parallel_on_2_processes_has_the_single_process_losses(assets, seed, cpu_losses):
+    # TP shards every matmul but both ranks read the same batch: the one-process losses.
+    losses = train(assets, "neuron", *TP2, *seed, nproc=2)
+    assert losses == pytest.approx(cpu_losses, rel=1e-4)
+
+
+def test_fsdp2_on_2_processes(assets, seed, cpu_fsdp2_losses):
+    losses = train(assets, "neuron", *FSDP2, *seed, nproc=2)
+    assert losses == pytest.approx(cpu_fsdp2_losses, rel=1e-4)
+
+
+def test_fsdp_x_tensor_parallel_on_4_processes(assets, seed, cpu_fsdp2_losses):
+    # Two data-parallel ranks, each a TP pair: every data-parallel rank reads what it
+    # reads under FSDP2 x 2, so the losses are FSDP2 x 2's.
+    losses = train(assets, "neuron", *FSDP2, *TP2, *seed, nproc=4, timeout=900)
+    assert losses == pytest.approx(cpu_fsdp2_losses, rel=1e-4)
+
+
+def test_float8_training_emulated(assets):
+    pytest.importorskip("torchao")
+    cpu = train(assets, "cpu", *FLOAT8)
+    losses = train(assets, "neuron", *FLOAT8)
+    assert losses == pytest.approx(cpu, rel=1e-4)
+
+
+def test_distributed_checkpoint_save_and_resume(assets, tmp_path):
+    # FSDP2 x 2 saves sharded (DCP) every 2 steps; a run stopped after step 2 and
+    # started again resumes from its checkpoint (weights, optimizer, data loader) and
+    # logs the uninterrupted run's losses for steps 3 and 4.
+    ckpt = ("--checkpoint.enable", "--checkpoint.interval", "2")
+    ckpt += ("--checkpoint.no_last_save_model_only",)  # the last save resumes too
+    whole = train(
+        assets, "neuron", *FSDP2, *ckpt, "--job.dump_folder", str(tmp_path / "a"), nproc=2, steps=4
+    )
+    stopped = ("--job.dump_folder", str(tmp_path / "b"))
+    first = train(assets, "neuron", *FSDP2, *ckpt, *stopped, nproc=2, steps=2)
+    assert first == whole[:2]
+    assert sorted(p.name for p in (tmp_path / "b" / "checkpoint").iterdir()) == ["step-2"]
+    resumed = train(assets, "neuron", *FSDP2, *ckpt, *stopped, nproc=2, steps=4, logged=2)
+    assert resumed == whole[2:]
+
+
+DEEPSEEK = ("--model.name", "deepseek_v3", "--model.flavor", "debugmodel")
+
+
+def test_moe_with_expert_parallelism(assets):
+    # DeepSeek-V3's debug model (8 routed experts, top 3, 2 shared): FSDP2 x 2 with the
+    # experts split over the 2 ranks (tokens dispatched by all-to-all), from one seed.
+    dump = assets / "seed-deepseek"
+    train(
+        assets,
+        "cpu",
+        *DEEPSEEK,
+        "--checkpoint.enable",
+        "--checkpoint.create_seed_checkpoint",
+        "--job.dump_folder",
+        str(dump),
+        logged=0,
+    )
+    seed = (
+        "--checkpoint.enable",
+        "--checkpoint.initial_load_path",
+        str(dump / "checkpoint" / "step-0"),
+    )
+    ep = (*DEEPSEEK, *FSDP2, "--parallelism.expert_parallel_degree", "2", *seed)
+    cpu = train(assets, "cpu", *ep, nproc=2)
+    losses = train(assets, "neuron", *ep, nproc=2)
+    assert losses == pytest.approx(cpu, rel=1e-4)
+    assert losses[-1] < losses[0]
