@@ -101,13 +101,15 @@ def _write_json(path: str, obj) -> None:
 
 
 def _device_pids(events) -> dict:
-    """pid -> device index of the device processes (process_name "neuron:N")."""
+    """pid -> device index of the device processes: the processes of the device
+    items, each of which carries its device's index (the Kineto plugin's "device"
+    metadata)."""
     pids = {}
     for e in events:
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            m = re.fullmatch(r"neuron:(\d+)", str(e.get("args", {}).get("name", "")))
-            if m:
-                pids[e["pid"]] = int(m[1])
+        if e.get("ph") == "X":
+            device = e.get("args", {}).get("device")
+            if isinstance(device, int):
+                pids.setdefault(e["pid"], device)
     return pids
 
 
