@@ -143,9 +143,15 @@ TEST(AdaptiveHolderTest, TheCombinedItemIsDescribedWhileTracing) {
     window(h, sink, {"a", "b"}, &ran);
     h.boundary(sink);
   }
-  ASSERT_EQ(sink.items.back().note.category, ItemCategory::kProgram);
-  ASSERT_TRUE(sink.items.back().note.detail);
-  EXPECT_EQ(*sink.items.back().note.detail, "adaptive=2 items");
+  const ItemNote& note = sink.items.back().note;
+  ASSERT_EQ(note.category, ItemCategory::kProgram);
+  // The sequence it replays, as a field: the same one each window.
+  EXPECT_NE(note.adaptive_sequence, 0u);
+  EXPECT_FALSE(note.detail);
+  const uint64_t first = note.adaptive_sequence;
+  window(h, sink, {"a", "b"}, &ran);
+  h.boundary(sink);
+  EXPECT_EQ(sink.items.back().note.adaptive_sequence, first);
 }
 
 TEST(AdaptiveHolderTest, IdentityIsZeroOnlyForUnsignedItems) {

@@ -110,11 +110,13 @@ TEST(ItemBatchTest, AFailingStepNamesTheBatchAndStopsIt) {
   try {
     out.task->run();
     FAIL() << "did not throw";
-  } catch (const Error& e) {
+  } catch (const StepError& e) {
     EXPECT_EQ(e.status(), Status::kOutOfMemory);
-    EXPECT_NE(std::string(e.what()).find("bad_op (step 2 of program)"),
-              std::string::npos)
-        << e.what();
+    EXPECT_EQ(std::string(e.what()), "bad_op (step 2 of program): no room");
+    // The step, as fields (the torch layer's DeviceError reads them).
+    EXPECT_EQ(e.step(), "bad_op");
+    EXPECT_EQ(e.index(), 2);
+    EXPECT_EQ(e.stepMessage(), "no room");
   }
   EXPECT_EQ(ran, (std::vector<int>{1}));
 }

@@ -128,6 +128,25 @@ TEST(DeviceTest, TakeErrorWithoutErrors) {
   EXPECT_FALSE(d.takeError().has_value());
 }
 
+TEST(DeviceTest, AFailedStepOfABatchIsNamedInTheError) {
+  Trace trace;
+  Device d(smallCore(0), &trace);
+  Stream& s = d.stream(0);
+  s.beginBatch("program");
+  s.enqueue("ok_step", [] {});
+  s.enqueue("bad_step", [] { throw std::runtime_error("index out of range"); });
+  s.endBatch();
+  d.synchronize();
+  auto err = d.takeError();
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->label, "program");
+  EXPECT_EQ(err->message, "bad_step (step 2 of program): index out of range");
+  EXPECT_EQ(err->status, Status::kDeviceError);
+  EXPECT_EQ(err->step, "bad_step");
+  EXPECT_EQ(err->step_index, 2);
+  EXPECT_EQ(err->step_message, "index out of range");
+}
+
 TEST(DeviceTest, TakeErrorFindsTheFailingStream) {
   Trace trace;
   Device d(smallCore(2), &trace);
