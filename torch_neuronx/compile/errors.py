@@ -28,13 +28,15 @@ class NEFFExecutionError(RuntimeError):
     ``writes_inputs``).
 
     A failure found later, at a synchronisation point (``.item()``, ``.cpu()``,
-    ``torch.neuron.synchronize()``), is a plain ``RuntimeError`` naming the graph
-    and the step, as for any asynchronous device error.
+    ``torch.neuron.synchronize()``), is the ``torch.neuron.DeviceError`` of any
+    asynchronous device error (a ``torch.AcceleratorError``; its ``op`` is the graph,
+    its ``step`` the failed kernel or op).
 
     Attributes: ``graph`` (the program, ``"compiled graph 0/0 inference"``), ``step``
     (the failing kernel or op, ``"cpp_fused_index_mul_sum_0"``), ``writes_inputs``
     (the program writes into tensors its caller passed, so steps that ran before the
-    failure may have changed them); the device error is ``__cause__``.
+    failure may have changed them); the device error (``torch.neuron.DeviceError``) is
+    ``__cause__``.
     """
 
     def __init__(self, message: str, *, graph: str, step: str, writes_inputs: bool) -> None:
