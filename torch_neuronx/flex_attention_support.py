@@ -7,9 +7,9 @@ device" for every other one, although its eager path — the flex_attention
 higher-order operator's unfused implementation, forward and backward — is plain
 ATen ops that run on any device (upstream's TODO on the check: "Remove once non
 cuda/cpu devices support is added"). The shim admits neuron tensors to that path;
-other devices keep upstream's check. Eager only: compiled FlexAttention lowers to
-per-device templates, and the CPU's (which neuron's compiled graphs would use) has
-no backward.
+other devices keep upstream's check. Under ``torch.compile`` Dynamo traces the same
+check, and each FlexAttention call of a neuron graph is compiled in its dense form
+(compile/flex_attention.py).
 
 TorchTitan's newer language models use FlexAttention; TorchNeuron documents only
 no-mask and causal attention, so this goes beyond the vendor.
@@ -33,6 +33,15 @@ def _admit_neuron(flex: ModuleType) -> None:
         upstream(query, key, value)
 
     flex._validate_device = validate_device
+
+    # Under torch.compile Dynamo traces flex_attention's checks, but it skips
+    # torch_neuronx's files (compile/registration.py): the wrapper asks to be
+    # traced (it compares the device type, a constant while tracing). Applied when
+    # Dynamo loads, so that importing FlexAttention does not import Dynamo.
+    def traced_by_dynamo(decorators: ModuleType) -> None:
+        flex._validate_device = decorators.dont_skip_tracing(validate_device)
+
+    on_import("torch._dynamo.decorators", traced_by_dynamo)
 
 
 def install() -> None:

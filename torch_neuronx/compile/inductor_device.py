@@ -34,17 +34,18 @@ from torch._inductor.virtualized import V
 # graphs cached by another version are not reused: Inductor's FX graph cache key
 # includes the uuid of each device's registered custom pass (codecache.py,
 # FxGraphHashDetails).
-CODEGEN_VERSION = 4
+CODEGEN_VERSION = 6
 
 
 class NeuronGraphPass(CustomGraphModulePass):
-    """Inductor's post-grad pass for graphs with neuron tensors: the float8
-    rewrites (``float8.py``)."""
+    """Inductor's post-grad pass for graphs with neuron tensors: FlexAttention in
+    its dense form (``flex_attention.py``), the float8 rewrites (``float8.py``)."""
 
     def __call__(self, gm) -> None:
-        from . import float8
+        from . import flex_attention, float8
 
-        if float8.rewrite(gm.graph):
+        changed = flex_attention.decompose(gm)
+        if float8.rewrite(gm.graph) or changed:
             gm.graph.lint()
             gm.recompile()
 
