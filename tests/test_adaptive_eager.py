@@ -124,6 +124,26 @@ def test_one_device_item_per_replayed_sequence(tmp_path):
     assert all("correlation" in k["args"] for k in inside)
 
 
+def test_profiling_tables_keep_adaptive_items():
+    # torch.profiler shows an adaptive item's ops, not the item: the tables still
+    # take the runtime's items (with children and sequence ids), not a rebuild.
+    import warnings
+
+    from torch_neuronx.profiling import summary, tables
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        _train(True, steps=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        items = tables.device_items(prof)
+    adapted = items[(items["parent"] < 0) & (items["adaptive_sequence"] != 0)]
+    assert len(adapted) >= 1
+    assert adapted["name"].str.startswith("adaptive ").all()
+    assert items["parent"].isin(adapted.index).any()  # their ops are children
+    s = summary.step_summary(prof)
+    assert s["items"] >= len(adapted) and s["estimated_ns"] > 0
+
+
 def test_sync_points_views_inplace_and_printing():
     torch.neuron.set_adaptive_eager(True)
     base = torch.arange(64.0, device="neuron").reshape(8, 8)

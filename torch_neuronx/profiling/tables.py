@@ -127,11 +127,21 @@ def _items_match(items: list[dict], dev_events: list, start_ns: int | None) -> b
 
     torch.profiler shows every top-level item except engines (children and
     engines are annotations it leaves out), with the item's name and start and
-    the host op's correlation id as the event id. An item queued without a
-    correlation id (no host op recorded it, e.g. during a schedule's warmup)
-    gets an arbitrary event id, so those are matched by name and start only.
+    the host op's correlation id as the event id; of an adaptive-eager item
+    (``adaptive_sequence``), the ops it ran instead (the item is their range). An
+    item queued without a correlation id (no host op recorded it, e.g. during a
+    schedule's warmup) gets an arbitrary event id, so those are matched by name and
+    start only.
     """
-    shown = [it for it in items if it["parent"] < 0 and it["category"] != "engine"]
+
+    def shown_item(it: dict) -> bool:
+        if it["category"] == "engine":
+            return False
+        if it["parent"] < 0:
+            return not it.get("adaptive_sequence", 0)
+        return bool(items[it["parent"]].get("adaptive_sequence", 0))
+
+    shown = [it for it in items if shown_item(it)]
     if len(shown) != len(dev_events):
         return False
     if sorted(it["name"] for it in shown) != sorted(ev.name for ev in dev_events):
