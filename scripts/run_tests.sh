@@ -35,6 +35,18 @@ run_adaptive() {
   echo "== pytest with adaptive eager on (TORCH_NEURONX_ADAPTIVE_EAGER=1)"
   TORCH_NEURONX_ADAPTIVE_EAGER=1 python3 -m pytest -q "${ADAPTIVE[@]}" "$@"
 }
+# A part of the suite again with device memory protected (the HBM arenas
+# inaccessible to the host outside device work): a host access to device memory
+# outside device work would end it with SIGSEGV. Subprocesses the tests start
+# run without it (tests/conftest.py gives them a clean environment).
+PROTECTED=(tests/test_ops_basic.py tests/test_training.py tests/test_streams_events.py
+  tests/test_graphs.py tests/test_adaptive_eager.py tests/test_memory.py
+  tests/test_host_memory.py tests/test_fork.py tests/test_nki_torch.py tests/test_rng.py
+  tests/test_autocast.py)
+run_protected() {
+  echo "== pytest with device memory protected (TORCH_NEURONX_PROTECT_DEVICE_MEMORY=1)"
+  TORCH_NEURONX_PROTECT_DEVICE_MEMORY=1 python3 -m pytest -q "${PROTECTED[@]}" "$@"
+}
 run_matrix() {
   local cells=${TORCH_NEURONX_MATRIX_CELLS-py3.11-torch2.14}
   # shellcheck disable=SC2086  # a list of cell names
@@ -43,6 +55,7 @@ run_matrix() {
 if [ "$(nproc)" -lt 2 ]; then
   python3 -m pytest -q tests "$@"
   run_adaptive "$@"
+  run_protected "$@"
   run_matrix
   exit
 fi
@@ -53,7 +66,7 @@ trap 'kill "$multi" 2>/dev/null || true' INT TERM
 ignore=()
 for f in "${MULTI_PROCESS[@]}"; do ignore+=("--ignore=$f"); done
 rest_rc=0
-python3 -m pytest -q tests "${ignore[@]}" "$@" || rest_rc=$?
+{ python3 -m pytest -q tests "${ignore[@]}" "$@" && run_protected "$@"; } || rest_rc=$?
 multi_rc=0
 wait "$multi" || multi_rc=$?
 echo "== pytest (multi-process jobs: ${MULTI_PROCESS[*]}; then adaptive eager on)"

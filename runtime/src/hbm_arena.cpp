@@ -6,13 +6,19 @@
 #include <cstring>
 #include <string>
 
+#include "neuron_runtime/device_memory_protection.h"
+
 namespace neuron_rt {
 
 HbmArena::HbmArena(int device, uint64_t capacity)
     : device_(device),
       capacity_((capacity + kAlignment - 1) / kAlignment * kAlignment) {
-  void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Protected (device_memory_protection.h): inaccessible until device work
+  // opens it.
+  protected_ = deviceMemoryProtected();
+  void* p =
+      mmap(nullptr, capacity_, protected_ ? PROT_NONE : PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     throw Error(Status::kInvalidConfig,
                 "could not reserve " + std::to_string(capacity_) +
@@ -21,10 +27,24 @@ HbmArena::HbmArena(int device, uint64_t capacity)
                     " (lower TORCH_NEURONX_HBM_BYTES_PER_CORE)");
   base_ = static_cast<char*>(p);
   insertFree(0, capacity_);
+  if (protected_) {
+    // Opening and closing the arena changes the protection of every resident
+    // page: with 2 MiB pages that costs 24-33 us for 64 MiB resident, with
+    // 4 KiB pages 2-4.5 ms (measured on this project's 2-core VM).
+    madvise(base_, capacity_, MADV_HUGEPAGE);
+    try {
+      registerProtectedArena(base_, capacity_);
+    } catch (...) {
+      munmap(base_, capacity_);
+      throw;
+    }
+  }
 }
 
 HbmArena::~HbmArena() {
-  if (base_) munmap(base_, capacity_);
+  if (!base_) return;
+  if (protected_) unregisterProtectedArena(base_);
+  munmap(base_, capacity_);
 }
 
 void HbmArena::insertFree(uint64_t offset, uint64_t size) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "neuron_runtime/captured_work.h"
+#include "neuron_runtime/device_memory_protection.h"
 #include "neuron_runtime/trace.h"
 
 namespace neuron_rt {
@@ -245,6 +246,11 @@ uint64_t Stream::link(const char* label, ItemKind kind, Fn fn, TaskPtr task,
 }
 
 void Stream::workerLoop() {
+  // Device memory protection: the worker opens device memory for a run of
+  // items and closes it when its queue is empty, before it reports the last
+  // item done (a host that then reads device memory by accident faults).
+  const bool protect = deviceMemoryProtected();
+  bool access_open = false;
   Node* cur = stub_;
   for (;;) {
     Node* item = cur->next.load(std::memory_order_acquire);
@@ -279,6 +285,10 @@ void Stream::workerLoop() {
     }
     bool skip = item->kind != ItemKind::kMarker &&
                 poisoned_.load(std::memory_order_acquire);
+    if (protect && !skip && !access_open) {
+      DeviceMemoryAccess::open();
+      access_open = true;
+    }
     runWorkerItemHook();
     int64_t start = tracing() ? nowNs() : 0;
     if (start) runningItem() = RunningItem{trace_, device_, id_, item->seq};
@@ -321,6 +331,10 @@ void Stream::workerLoop() {
         rec.note.estimate_ns = runningItem().estimate_ns;
       runningItem() = RunningItem{};
       trace_->add(std::move(rec));
+    }
+    if (access_open && !item->next.load(std::memory_order_acquire)) {
+      DeviceMemoryAccess::close();
+      access_open = false;
     }
     const uint64_t seq = item->seq;
     cur = item;  // from here on the worker reads only cur->next

@@ -2,7 +2,9 @@
 //
 // The range is reserved with mmap(MAP_NORESERVE), so only pages that device
 // work touches cost host RAM; freed ranges are handed back to the OS. Running
-// out of capacity is a returned status, never an abort.
+// out of capacity is a returned status, never an abort. With
+// TORCH_NEURONX_PROTECT_DEVICE_MEMORY=1 the range is inaccessible to the host
+// outside device work (device_memory_protection.h).
 #pragma once
 
 #include <cstddef>
@@ -40,6 +42,7 @@ class HbmArena {
   int device_;
   uint64_t capacity_;
   char* base_ = nullptr;
+  bool protected_ = false;
   mutable std::mutex mu_;
   std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
