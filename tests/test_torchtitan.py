@@ -163,24 +163,17 @@ DEEPSEEK = ("--model.name", "deepseek_v3", "--model.flavor", "debugmodel")
 def test_moe_with_expert_parallelism(assets):
     # DeepSeek-V3's debug model (8 routed experts, top 3, 2 shared): FSDP2 x 2 with the
     # experts split over the 2 ranks (tokens dispatched by all-to-all), from one seed.
+    # Parameters in float32: with FSDP's bfloat16 parameters the MoE layers' bfloat16
+    # sums round differently from the CPU twin's (which runs one thread per rank under
+    # torchrun) and the losses differ by ~5e-4; in float32 they are the CPU's.
     dump = assets / "seed-deepseek"
-    train(
-        assets,
-        "cpu",
-        *DEEPSEEK,
-        "--checkpoint.enable",
-        "--checkpoint.create_seed_checkpoint",
-        "--job.dump_folder",
-        str(dump),
-        logged=0,
-    )
-    seed = (
-        "--checkpoint.enable",
-        "--checkpoint.initial_load_path",
-        str(dump / "checkpoint" / "step-0"),
-    )
+    seed_run = ("--checkpoint.enable", "--checkpoint.create_seed_checkpoint")
+    train(assets, "cpu", *DEEPSEEK, *seed_run, "--job.dump_folder", str(dump), logged=0)
+    seed = ("--checkpoint.enable", "--checkpoint.initial_load_path")
+    seed += (str(dump / "checkpoint" / "step-0"),)
     ep = (*DEEPSEEK, *FSDP2, "--parallelism.expert_parallel_degree", "2", *seed)
+    ep += ("--training.mixed_precision_param", "float32")
     cpu = train(assets, "cpu", *ep, nproc=2)
     losses = train(assets, "neuron", *ep, nproc=2)
-    assert losses == pytest.approx(cpu, rel=1e-4)
+    assert losses == pytest.approx(cpu, rel=1e-5)
     assert losses[-1] < losses[0]

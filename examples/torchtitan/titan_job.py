@@ -69,6 +69,14 @@ RUNNER = textwrap.dedent(
             call.arguments["force_sum_reduction_for_comms"] = True
             return divide_factors(*call.args, **call.kwargs)
         fc._get_gradient_divide_factors = sum_then_divide
+        # MoE routing counts tokens per expert with histc of integer expert ids, which
+        # CUDA (and neuron) accept and the CPU refuses: the same bins in float64.
+        histc = torch.histc
+        def integer_histc(input, bins=100, min=0, max=0, *, out=None):
+            if input.is_floating_point() or out is not None:
+                return histc(input, bins, min, max, out=out)
+            return histc(input.double(), bins, min, max).to(input.dtype)
+        torch.histc = integer_histc
     sys.argv = ["torchtitan.train"] + sys.argv[1:]
     runpy.run_module("torchtitan.train", run_name="__main__")
     """
