@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ._import_hooks import on_import
+from ._monkey_patch import wrap
 
 
 def _neuron_device(device: Any) -> torch.device | None:
@@ -40,20 +41,18 @@ def _neuron_device(device: Any) -> torch.device | None:
 
 
 def _patch_safetensors_torch(module: ModuleType) -> None:
-    original = module.load_file
-    if getattr(original, "_neuron_shim", False):
-        return
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def load_file(filename: Any, device: Any = "cpu", **kwargs: Any) -> dict[str, torch.Tensor]:
+            target = _neuron_device(device)
+            if target is None:
+                return original(filename, device=device, **kwargs)
+            tensors = original(filename, device="cpu", **kwargs)
+            return {name: t.to(target) for name, t in tensors.items()}
 
-    @functools.wraps(original)
-    def load_file(filename: Any, device: Any = "cpu", **kwargs: Any) -> dict[str, torch.Tensor]:
-        target = _neuron_device(device)
-        if target is None:
-            return original(filename, device=device, **kwargs)
-        tensors = original(filename, device="cpu", **kwargs)
-        return {name: t.to(target) for name, t in tensors.items()}
+        return load_file
 
-    load_file._neuron_shim = True  # type: ignore[attr-defined]
-    module.load_file = load_file
+    wrap(module, "load_file", make)
 
 
 def install() -> None:

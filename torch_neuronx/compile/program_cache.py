@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 import threading
 from types import ModuleType
+from typing import Any
+
+from .._monkey_patch import wrap
 
 ARTIFACT_TYPE = "neuron_neff"
 
@@ -75,15 +78,15 @@ def register_artifact_type(cache_module: ModuleType) -> None:
 
 def record_loaded_libraries(codecache: ModuleType) -> None:
     """Makes Inductor's C++ code cache record each library it loads."""
-    cls = codecache.CppCodeCache
-    if getattr(cls._load_library, "_neuron_records", False):
-        return
-    load = cls._load_library.__func__
 
-    def _load_library(klass, path: str, key: str):
-        result = load(klass, path, key)
-        record_library(path)
-        return result
+    def make(original: Any) -> classmethod:
+        load = original.__func__
 
-    _load_library._neuron_records = True  # type: ignore[attr-defined]
-    cls._load_library = classmethod(_load_library)
+        def _load_library(klass, path: str, key: str):
+            result = load(klass, path, key)
+            record_library(path)
+            return result
+
+        return classmethod(_load_library)
+
+    wrap(codecache.CppCodeCache, "_load_library", make)

@@ -52,6 +52,7 @@ from typing import Any
 import torch
 
 from .._import_hooks import on_import
+from .._monkey_patch import is_patched, mark, wrap
 
 
 def install() -> None:
@@ -70,19 +71,18 @@ def patch_default_process_group_backend() -> None:
 
     if not dist.is_available():
         return
-    cls = dist.distributed_c10d.BackendConfig
-    original = cls.__init__
-    if getattr(original, "_neuron_shim", False):
-        return
 
-    @functools.wraps(original)
-    def __init__(self: Any, backend: Any) -> None:
-        if str(backend) == dist.Backend.UNDEFINED and torch._C._get_accelerator().type == "neuron":
-            backend = dist.Backend("cpu:gloo,neuron:neuron")
-        original(self, backend)
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def __init__(self: Any, backend: Any) -> None:
+            accelerator = torch._C._get_accelerator().type
+            if str(backend) == dist.Backend.UNDEFINED and accelerator == "neuron":
+                backend = dist.Backend("cpu:gloo,neuron:neuron")
+            original(self, backend)
 
-    __init__._neuron_shim = True  # type: ignore[attr-defined]
-    cls.__init__ = __init__  # type: ignore[method-assign]
+        return __init__
+
+    wrap(dist.distributed_c10d.BackendConfig, "__init__", make)
 
 
 def fake_process_group_on_neuron(fake_pg: ModuleType) -> None:
@@ -101,20 +101,17 @@ def dtensor_test_base_on_neuron(common_dtensor: ModuleType) -> None:
     """See the module docstring (DTensorTestBase)."""
     from .backend import BACKEND_NAME
 
-    base = common_dtensor.DTensorTestBase
-    original = base.init_pg
-    if getattr(original, "_neuron_shim", False):
-        return
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def init_pg(self: Any, eager_init: bool, backend: str | None = None) -> None:
+            if self.device_type == "neuron" and (backend or self.backend) == BACKEND_NAME:
+                backend = f"cpu:gloo,neuron:{BACKEND_NAME}"
+                torch.accelerator.set_device_index(self.rank)
+            original(self, eager_init, backend)
 
-    @functools.wraps(original)
-    def init_pg(self: Any, eager_init: bool, backend: str | None = None) -> None:
-        if self.device_type == "neuron" and (backend or self.backend) == BACKEND_NAME:
-            backend = f"cpu:gloo,neuron:{BACKEND_NAME}"
-            torch.accelerator.set_device_index(self.rank)
-        original(self, eager_init, backend)
+        return init_pg
 
-    init_pg._neuron_shim = True  # type: ignore[attr-defined]
-    base.init_pg = init_pg
+    wrap(common_dtensor.DTensorTestBase, "init_pg", make)
 
 
 _BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
@@ -126,7 +123,7 @@ def allow_ddp_bf16_comm_hooks() -> None:
 
     ddp = ddp_module.DistributedDataParallel
     check = ddp._check_comm_hook
-    if getattr(check, "_neuron", False):
+    if is_patched(check):
         return
 
     def _check_comm_hook(self, hook):
@@ -140,6 +137,5 @@ def allow_ddp_bf16_comm_hooks() -> None:
             return check(self, stand_in)
         return check(self, hook)
 
-    _check_comm_hook._neuron = True
     _check_comm_hook.__doc__ = check.__doc__
-    ddp._check_comm_hook = _check_comm_hook
+    ddp._check_comm_hook = mark(_check_comm_hook)

@@ -26,6 +26,7 @@ from torch.autograd import ProfilerActivity
 from torch.autograd import profiler as _autograd_profiler
 from torch.profiler import profiler as _torch_profiler
 
+from .._monkey_patch import is_patched, mark
 from . import config as _config
 from .export import export_profile, rank_info
 from .host_sampler import HostSampler
@@ -95,7 +96,7 @@ def _conflict_check(prof) -> None:
 def install() -> None:
     kineto = _torch_profiler._KinetoProfile
     profile = _torch_profiler.profile
-    if getattr(kineto, "_neuron_hooks", False):
+    if is_patched(kineto.prepare_trace):
         return
     orig_prepare = kineto.prepare_trace
     orig_start = kineto.start_trace
@@ -156,9 +157,8 @@ def install() -> None:
             use_python_export = True  # the file is gone: torch's Python exporter
         return orig_export(self, path, metadata, use_python_export)
 
-    autograd_profile.export_chrome_trace = export_chrome_trace
-    kineto.prepare_trace = prepare_trace
-    kineto.start_trace = start_trace
-    kineto.stop_trace = stop_trace
-    profile._trace_ready = _trace_ready
-    kineto._neuron_hooks = True
+    autograd_profile.export_chrome_trace = mark(export_chrome_trace)
+    kineto.prepare_trace = mark(prepare_trace)
+    kineto.start_trace = mark(start_trace)
+    kineto.stop_trace = mark(stop_trace)
+    profile._trace_ready = mark(_trace_ready)
