@@ -24,7 +24,7 @@ def _clean_device():
 @pytest.fixture(autouse=True)
 def _signatures_validated():
     # The first call of each argument signature is validated: the host waits
-    # for it and raises at the call (README, "Errors at the call"), so it is
+    # for it and raises at the call (docs/device.md, "Errors at the call"), so it is
     # also a sync point for errors still pending. The deferred errors below
     # come from calls whose signatures already ran.
     x = torch.randn(5, 3, device="neuron")

@@ -17,7 +17,7 @@ N = torch.neuron
 
 def _validate_signatures(busy_fn):
     # The first call of each argument signature is validated: the host waits
-    # for it (README, "Errors at the call"). The tests below check that later
+    # for it (docs/device.md, "Errors at the call"). The tests below check that later
     # calls are only queued, so the signatures they use run once first.
     b = busy_fn(1)
     ((b @ b).relu() + b).mul_(2)
@@ -79,7 +79,7 @@ def test_results_of_async_chain_match_cpu():
 )
 def test_python_scalar_ops_are_asynchronous(busy_fn, op):
     # The first call of an argument signature is validated (the host waits for
-    # it: README, "Errors at the call"); the calls after it must be queued.
+    # it: docs/device.md, "Errors at the call"); the calls after it must be queued.
     op(torch.ones(4, 4, device="neuron"))
     N.synchronize()
     b = busy_fn(12)

@@ -29,13 +29,13 @@ struct CostParameters {
   // HBM bandwidth per chip, shared by its cores.
   double hbm_bytes_per_ns;
   // The share of that peak DMA transfers achieve (HBM page and descriptor
-  // efficiency); calibrated on the tutorial's DMA-bound matmuls (README).
+  // efficiency); calibrated on the tutorial's DMA-bound matmuls (docs/nki.md).
   double dma_efficiency = 0.6;
   double dma_latency_ns;
   // Descriptor generation per DMA instruction (NKI docs: ~600 ns per
   // hardware-DGE DMA on NeuronCore-v3); it holds the DMA queues like the
   // transfer does. With it, the tutorial matmuls' published Trainium1
-  // latencies are matched within 2x (README).
+  // latencies are matched within 2x (docs/nki.md).
   double dma_issue_ns;
   // Rows shorter than this move at the rate of a row this long (DMA
   // descriptors are most efficient from 512 contiguous bytes).
