@@ -6,7 +6,9 @@ only supported on CUDA, CPU, HPU, or MPS devices. Found input tensors on neuron
 device" for every other one, although its eager path — the flex_attention
 higher-order operator's unfused implementation, forward and backward — is plain
 ATen ops that run on any device (upstream's TODO on the check: "Remove once non
-cuda/cpu devices support is added"). The shim admits neuron tensors to that path;
+cuda/cpu devices support is added"; PrivateUse1 was asked for in the review of
+pytorch/pytorch#148656, which added HPU, and Ascend/pytorch#147 reports the same
+for torch_npu). The shim admits neuron tensors to that path;
 other devices keep upstream's check. Under ``torch.compile`` Dynamo traces the same
 check, and each FlexAttention call of a neuron graph is compiled in its dense form
 (compile/flex_attention.py).

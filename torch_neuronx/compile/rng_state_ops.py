@@ -7,7 +7,9 @@ higher-order operators of ``torch/_prims/rng_prims.py``: ``run_and_save_rng_stat
 ``run_with_rng_state`` (the backward runs the op again from that state). Upstream
 implements them for a fixed list of devices (cuda, cpu, hpu, xpu) and raises
 ``AssertionError: Backend not supported for neuron`` for any other — with the
-``neuron``, ``inductor`` and ``aot_eager`` backends alike. This module adds neuron,
+``neuron``, ``inductor`` and ``aot_eager`` backends alike (pytorch/pytorch#193112,
+open, for every PrivateUse1 backend; its fix, pytorch/pytorch#193113, resolves the
+PrivateUse1 backend at run time). This module adds neuron,
 the way upstream does it for CUDA: the state is ``torch.neuron.get_rng_state()``
 (16 bytes; restoring it replays the same numbers exactly).
 

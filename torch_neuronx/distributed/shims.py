@@ -8,7 +8,9 @@ torch.distributed (the default backend)
     accelerator's backend (``BackendConfig`` with ``Backend.UNDEFINED`` maps just the
     accelerator's device type), so CPU tensors and object collectives then fail with
     "No backend type associated with device type cpu". Code written for TorchNeuron
-    expects ``cpu:gloo,neuron:neuron`` there (as torch < 2.6 gave ``cpu:gloo,cuda:nccl``).
+    expects ``cpu:gloo,neuron:neuron`` there (as torch < 2.6 gave ``cpu:gloo,cuda:nccl``;
+    the change: pytorch/pytorch#142216, "Detect accelerator type when backend is not
+    specified").
     The shim makes an undefined backend mean ``cpu:gloo,neuron:neuron`` when the
     accelerator is neuron; an explicit backend, and every other accelerator, are left
     alone.
@@ -18,7 +20,8 @@ torch.testing._internal.distributed.fake_pg (the "fake" process group)
     a collective on a neuron tensor in a fake group fails with "No backend type
     associated with device type neuron". Upstream's one-process DTensor tests
     (``LocalDTensorTestBase``, the ``...WithLocalTensor`` classes) and tracing with a
-    fake group run on the accelerator's device type, neuron here. The shim registers
+    fake group run on the accelerator's device type, neuron here (no upstream issue
+    found; the list is in ``fake_pg.py``'s registration). The shim registers
     the fake backend once more through ``Backend.register_backend``, with neuron added
     to the devices it already lists; its factory and every other device stay as they
     are.
@@ -37,7 +40,8 @@ torch.testing._internal.distributed._tensor.common_dtensor (DTensorTestBase)
 torch.nn.parallel.DistributedDataParallel (bf16 compression hooks)
     ``DDP._check_comm_hook`` refuses ``bf16_compress_hook`` and
     ``bf16_compress_wrapper_hook`` unless the module is on CUDA with NCCL >= 2.10 or on
-    XPU with XCCL — a hard-coded device list, not a capability query. The ``neuron``
+    XPU with XCCL — a hard-coded device list, not a capability query (XPU was added to
+    it by pytorch/pytorch#146808; no issue for other devices found). The ``neuron``
     backend reduces bfloat16, so for modules on neuron the shim passes those two hooks
     to the same check under another name; every other check still applies.
 """
