@@ -11,7 +11,8 @@ and ``backend="neuron"`` use this.
 ``register()`` runs when Inductor's ``compile_fx`` is first imported (an
 import hook set by ``registration.py``: before Inductor registers devices on its own,
 which would drop the cache-version pass), or when Inductor asks the device
-module ``torch.neuron`` for ``Scheduling`` & co. (``device_module.__getattr__``).
+module ``torch.neuron`` for ``Scheduling`` & co. (``torch_neuronx/neuron/__init__.py``'s
+``__getattr__``).
 Importing torch_neuronx does not import Inductor.
 """
 
