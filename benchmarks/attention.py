@@ -14,9 +14,9 @@ CPU's compiled kernel (Inductor's C++ template, forward only: the CPU has no
 FlexAttention backward), neuron compiled (the dense form, compile/flex_attention.py)
 forward and forward + backward, neuron eager forward + backward, and, as the CPU's
 training reference, the same attention written out (scores, bias, mask, softmax)
-compiled for the CPU, forward + backward. Ratios to the CPU's compiled kernel
-(forward) and to the CPU's compiled written-out attention (forward + backward). Run
-from the repo root::
+compiled, forward + backward, on the CPU and on neuron. Ratios to the CPU's compiled
+kernel (forward) and to the CPU's compiled written-out attention (forward +
+backward). Run from the repo root::
 
     python benchmarks/attention.py --steps 5            # SDPA and FlexAttention
     python benchmarks/attention.py --only flex --steps 5
