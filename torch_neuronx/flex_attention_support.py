@@ -23,25 +23,34 @@ import functools
 from types import ModuleType
 
 from ._import_hooks import on_import
+from ._monkey_patch import mark, wrap
 
 
 def _admit_neuron(flex: ModuleType) -> None:
-    upstream = flex._validate_device
+    made = []
 
-    @functools.wraps(upstream)
-    def validate_device(query, key, value) -> None:
-        if query.device.type == "neuron":
-            return  # the unfused path runs on neuron, forward and backward
-        upstream(query, key, value)
+    def make(upstream):
+        @functools.wraps(upstream)
+        def validate_device(query, key, value) -> None:
+            if query.device.type == "neuron":
+                return  # the unfused path runs on neuron, forward and backward
+            upstream(query, key, value)
 
-    flex._validate_device = validate_device
+        made.append(validate_device)
+        return validate_device
+
+    wrap(flex, "_validate_device", make)
+    if not made:
+        return  # installed already
+    (admitted,) = made
 
     # Under torch.compile Dynamo traces flex_attention's checks, but it skips
     # torch_neuronx's files (compile/registration.py): the wrapper asks to be
     # traced (it compares the device type, a constant while tracing). Applied when
     # Dynamo loads, so that importing FlexAttention does not import Dynamo.
     def traced_by_dynamo(decorators: ModuleType) -> None:
-        flex._validate_device = decorators.dont_skip_tracing(validate_device)
+        if flex._validate_device is admitted:
+            flex._validate_device = mark(decorators.dont_skip_tracing(admitted))
 
     on_import("torch._dynamo.decorators", traced_by_dynamo)
 
