@@ -78,6 +78,26 @@ def test_backward_equals_plain_attention(bias, mask):
         torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-3)
 
 
+def test_autocast_region_casts_like_cuda_and_trains():
+    # TorchTitan's single-device mixed precision runs FlexAttention inside
+    # torch.autocast: query, key and value are cast to the region's dtype (CUDA's and
+    # the CPU's rule); the forward equals the CPU's, and gradients reach the inputs.
+    def run(device, requires_grad):
+        q, k, v = inputs(device, requires_grad)
+        block_mask = create_block_mask(causal, B, H, S, S, device=device)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out = flex_attention(q, k, v, score_mod=relative_bias, block_mask=block_mask)
+        return out, (q, k, v)
+
+    out, (q, k, v) = run(D, requires_grad=True)
+    assert out.dtype == torch.bfloat16
+    cpu, _ = run("cpu", requires_grad=False)  # the CPU has no FlexAttention backward here
+    torch.testing.assert_close(out.detach().cpu(), cpu)
+    out.float().square().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (q, k, v))
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
 def test_other_devices_keep_torchs_checks():
     # The shim admits neuron only: the CPU still refuses a backward, as upstream.
     q, k, v = inputs("cpu", requires_grad=True)

@@ -55,6 +55,55 @@ def _admit_neuron(flex: ModuleType) -> None:
     on_import("torch._dynamo.decorators", traced_by_dynamo)
 
 
+def _autocast_on_neuron(hop_module: ModuleType) -> None:
+    """The flex_attention higher-order operator under ``torch.autocast("neuron")``.
+
+    Upstream gives the operator autocast kernels for CPU and CUDA only
+    (``py_impl(DispatchKey.AutocastCUDA)``), so inside a neuron autocast region —
+    TorchTitan's single-device mixed precision — every FlexAttention call raised
+    "could not find kernel for HigherOrderOperator flex_attention at dispatch key
+    DispatchKey.AutocastPrivateUse1". The same rule as CUDA's: query, key and value
+    are cast to the region's dtype, then the operator runs with neuron's autocast
+    key excluded.
+    """
+    import torch
+    from torch._C import DispatchKey, DispatchKeySet
+    from torch.amp.autocast_mode import _cast
+
+    hop = hop_module.flex_attention
+    if DispatchKey.AutocastPrivateUse1 in hop.py_kernels:
+        return
+
+    @hop.py_impl(DispatchKey.AutocastPrivateUse1)
+    def flex_attention_autocast_neuron(
+        query,
+        key,
+        value,
+        score_mod,
+        block_mask,
+        scale,
+        kernel_options,
+        score_mod_other_buffers=(),
+        mask_mod_other_buffers=(),
+    ):
+        device_type = query.device.type
+        dtype = torch.get_autocast_dtype(device_type)
+        query, key, value = (_cast(t, device_type, dtype) for t in (query, key, value))
+        with torch._C._ExcludeDispatchKeyGuard(DispatchKeySet(DispatchKey.AutocastPrivateUse1)):
+            return hop(
+                query,
+                key,
+                value,
+                score_mod,
+                block_mask,
+                scale,
+                kernel_options,
+                score_mod_other_buffers,
+                mask_mod_other_buffers,
+            )
+
+
 def install() -> None:
     """Called once when torch_neuronx loads."""
     on_import("torch.nn.attention.flex_attention", _admit_neuron)
+    on_import("torch._higher_order_ops.flex_attention", _autocast_on_neuron)
