@@ -673,3 +673,13 @@ def test_gpt_example_amp_bf16_tracks_float32(capsys):
     assert fp32 != bf16  # autocast did change the arithmetic
     assert max(abs(a - b) for a, b in zip(fp32, bf16, strict=True)) < 0.05
     assert bf16[-1] < bf16[0]
+
+
+def test_higher_order_operators_run_in_a_region():
+    # torch.cond (a higher-order operator) meets neuron's autocast key: it falls
+    # through as CUDA's does, and the branch's ops autocast as usual.
+    x = torch.ones(4, 4, device=DEV)
+    with torch.autocast(DEV, dtype=BF16):
+        out = torch.cond(x.sum() > 0, lambda t: t @ t, lambda t: t @ -t, (x,))
+    assert out.dtype == BF16
+    assert torch.equal(out.float().cpu(), torch.full((4, 4), 4.0))

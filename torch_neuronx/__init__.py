@@ -65,10 +65,17 @@ def _register():
     distributed.register()
 
     # 7. Libraries that do not know the device yet: safetensors' device names,
-    # FlexAttention's device list, TorchTitan's unconditional Triton import.
-    from . import flex_attention_support, safetensors_support, torchtitan_support
+    # FlexAttention's device list, higher-order operators under neuron autocast,
+    # TorchTitan's unconditional Triton import.
+    from . import (
+        flex_attention_support,
+        higher_order_ops_autocast,
+        safetensors_support,
+        torchtitan_support,
+    )
 
     safetensors_support.install()
+    higher_order_ops_autocast.install()
     flex_attention_support.install()
     torchtitan_support.install()
 
