@@ -81,6 +81,17 @@ def test_compiled_with_selective_activation_checkpointing(assets, cpu_losses):
     assert losses == pytest.approx(cpu_losses, rel=1e-4)
 
 
+def test_flex_attention_model(assets):
+    # The Llama 3 debug model with FlexAttention and document masking (block-causal
+    # over the EOS-separated texts): TorchTitan compiles flex_attention and the block
+    # mask with Inductor (backend "inductor", on neuron tensors) inside an autocast
+    # region. The CPU twin runs FlexAttention unfused (the CPU compiles no backward).
+    flex = ("--model.flavor", "debugmodel_flex_attn")
+    cpu = train(assets, "cpu", *flex)
+    losses = train(assets, "neuron", *flex)
+    assert losses == pytest.approx(cpu, rel=1e-4)
+
+
 FSDP2 = ("--parallelism.data_parallel_shard_degree", "2")
 TP2 = ("--parallelism.tensor_parallel_degree", "2")
 FLOAT8 = ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.emulate")

@@ -77,6 +77,16 @@ RUNNER = textwrap.dedent(
                 return histc(input, bins, min, max, out=out)
             return histc(input.double(), bins, min, max).to(input.dtype)
         torch.histc = integer_histc
+        # FlexAttention models: the CPU compiles FlexAttention for inference only and
+        # refuses its backward, so the twin runs flex_attention unfused (the dense
+        # math its eager path is; neuron compiles that same math).
+        import torch.nn.attention.flex_attention as fa
+        fa._validate_device = lambda *a: None
+        import torchtitan.models.attention as ta
+        ta.FlexAttentionWrapper._compiled_flex_attn = fa.flex_attention
+        # Block masks are made on the current accelerator unless told: the CPU here.
+        ta._compiled_create_block_mask = lambda *a, **k: fa.create_block_mask(
+            *a, **{"device": "cpu", **k})
     sys.argv = ["torchtitan.train"] + sys.argv[1:]
     runpy.run_module("torchtitan.train", run_name="__main__")
     """
