@@ -1,4 +1,6 @@
-"""Builds torch_neuronx._C with CMake + ninja against the installed torch.
+"""Builds torch_neuronx._C (and the backend library it links,
+torch_neuronx/lib/libtorch_neuronx.so) with CMake + ninja against the installed
+torch.
 
 Install with `pip install --no-build-isolation -e .` so that the build uses
 the torch already installed (the CPU build) instead of fetching another.
@@ -15,6 +17,8 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+# The backend (everything but the Python bindings), for _C and C++ extensions.
+BACKEND_LIBRARY = "libtorch_neuronx.so"
 
 
 class CMakeExtension(Extension):
@@ -45,10 +49,15 @@ class CMakeBuild(build_ext):
         subprocess.check_call(cfg)
         jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 2))
         subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "_C", "-j", jobs])
+        # _C and the backend library it links (lib/libtorch_neuronx.so, found
+        # through _C's RPATH $ORIGIN/lib): both go where setuptools packages
+        # from (a wheel's staging directory).
         built = out_dir / target.name
         if built.resolve() != target:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(built, target)
+            (target.parent / "lib").mkdir(exist_ok=True)
+            shutil.copy2(out_dir / "lib" / BACKEND_LIBRARY, target.parent / "lib")
 
 
 class BuildPy(build_py):

@@ -1,6 +1,7 @@
 # torch_neuronx::torch — the installed torch as an imported interface target:
 # headers, the definitions they are compiled with, and the CPU-side libraries
-# (c10, torch_cpu, torch_python). Works against CPU and CUDA builds of torch
+# (c10, torch_cpu); torch_neuronx::torch_python adds torch_python, for the
+# Python bindings only (the backend library links no Python). Works against CPU and CUDA builds of torch
 # alike and needs no CUDA toolkit: see torch_build_info.py for why torch's own
 # CMake package is not used.
 #
@@ -45,11 +46,17 @@ target_include_directories(torch_neuronx::torch SYSTEM INTERFACE
   ${TORCH_INCLUDE_DIRS} ${TORCH_INSTALL_PREFIX}/include/kineto)
 target_compile_definitions(torch_neuronx::torch INTERFACE ${TORCH_COMPILE_DEFINITIONS})
 # Paths, not find_library(): its cache would keep an earlier torch's paths.
+add_library(torch_neuronx::torch_python INTERFACE IMPORTED)
+target_link_libraries(torch_neuronx::torch_python INTERFACE torch_neuronx::torch)
 foreach(_lib c10 torch_cpu torch_python)
   set(_path ${TORCH_LIBRARY_DIR}/lib${_lib}.so)
   if(NOT EXISTS ${_path})
     message(FATAL_ERROR "torch ${TORCH_VERSION_FULL} has no ${_path}")
   endif()
-  target_link_libraries(torch_neuronx::torch INTERFACE ${_path})
+  if(_lib STREQUAL "torch_python")
+    target_link_libraries(torch_neuronx::torch_python INTERFACE ${_path})
+  else()
+    target_link_libraries(torch_neuronx::torch INTERFACE ${_path})
+  endif()
 endforeach()
 message(STATUS "torch ${TORCH_VERSION_FULL} at ${TORCH_INSTALL_PREFIX}")

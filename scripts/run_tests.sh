@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs all tests: the runtime's GoogleTest suite
-# (ctest) and the pytest suites (features and the OpInfo differential suite).
+# Sets everything up, then runs all tests: the GoogleTest suites of the
+# runtime and of the backend (ctest) and the pytest suites (features and the
+# OpInfo differential suite).
 #
 # The pytest suites run as two pytest sessions side by side (one per CPU): the
 # tests that start torch.distributed jobs (ranks in their own interpreters; the
@@ -19,6 +20,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "== ctest (runtime)"
 ctest --test-dir build/runtime --output-on-failure
+echo "== ctest (backend and its C++ API, against libtorch)"
+ctest --test-dir build/ext --output-on-failure
 echo "== pytest"
 MULTI_PROCESS=(tests/test_distributed_*.py tests/test_hf_ecosystem.py tests/test_rng_tensor_modes.py
   tests/test_compile.py tests/test_torchtitan.py)

@@ -2,9 +2,9 @@
 # Sets up everything torch-neuronx needs on a fresh Debian machine: system
 # packages, torch (an installed torch 2.13 or 2.14 is kept; otherwise the CPU
 # build of 2.13 where one can be had), the project itself (C++ extension built
-# with CMake + ninja + ccache), and the runtime's GoogleTest tests. Safe to run
-# again: finished steps are skipped quickly. PYTHON=python3.12 picks another
-# interpreter.
+# with CMake + ninja + ccache), and the GoogleTest tests of the runtime and
+# the backend. Safe to run again: finished steps are skipped quickly.
+# PYTHON=python3.12 picks another interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -53,4 +53,6 @@ echo "== build: runtime tests"
 cmake -S runtime -B build/runtime -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 ninja -C build/runtime >/dev/null
+echo "== build: backend C++ tests (against libtorch)"
+ninja -C build/ext torch_neuronx_tests >/dev/null
 echo "== setup done"

@@ -33,6 +33,10 @@ from torch_neuronx import wrap_nki
 
 assert torch_neuronx.__file__.startswith(sys.prefix), torch_neuronx.__file__
 print("package", torch_neuronx.__file__)
+# _C found the backend library beside it in the wheel (RPATH $ORIGIN/lib).
+from torch_neuronx import cpp_extension
+lib = cpp_extension.get_library_dirs()[0] + "/libtorch_neuronx.so"
+assert lib.startswith(sys.prefix) and lib in open("/proc/self/maps").read(), lib
 
 x = torch.arange(6.0, device="neuron").reshape(2, 3)
 assert torch.equal((x * 2).cpu(), torch.arange(6.0).reshape(2, 3) * 2)
@@ -114,6 +118,10 @@ def test_wheel_holds_every_subpackage_and_the_extension(wheel):
         for module in (ROOT / pkg).glob("*.py"):
             assert f"{pkg}/{module.name}" in names, f"{pkg}/{module.name} missing from the wheel"
     assert any(n.startswith("torch_neuronx/_C") and n.endswith(".so") for n in names)
+    # The backend library _C links, and the C++ API's headers for extensions.
+    assert "torch_neuronx/lib/libtorch_neuronx.so" in names
+    for header in (ROOT / "torch_neuronx" / "include" / "torch_neuronx").glob("*.h"):
+        assert f"torch_neuronx/include/torch_neuronx/{header.name}" in names, header.name
     assert "_torch_neuronx_nki.py" in names and "torch_neuronx_nki.pth" in names
     assert not any("/csrc/" in n for n in names), "C++ sources do not ship"
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))

@@ -1,7 +1,8 @@
 #include "core/memory_history.h"
 
-#include <Python.h>
 #include <torch/csrc/profiler/combined_traceback.h>
+
+#include "core/python_stacks.h"
 
 namespace torch_neuronx {
 namespace detail {
@@ -12,7 +13,12 @@ std::atomic<bool> g_record_history{false};
 namespace {
 std::atomic<bool> g_python_stacks{false};
 std::atomic<size_t> g_max_entries{0};
+std::atomic<PythonThreadProbe> g_python_thread{nullptr};
 }  // namespace
+
+void setPythonThreadProbe(PythonThreadProbe probe) {
+  g_python_thread.store(probe);
+}
 
 void setRecordHistory(bool enabled, bool python_stacks, size_t max_entries) {
   g_python_stacks.store(enabled && python_stacks);
@@ -28,7 +34,8 @@ std::shared_ptr<c10::GatheredContext> gatherAllocContext() {
   // around ops, so gathering takes it again, which is safe there because the
   // allocator calls this before taking its own lock. Device workers, which
   // free blocks while a Python thread may wait for them, never touch it.
-  if (!Py_IsInitialized() || !PyGILState_GetThisThreadState()) return nullptr;
+  const PythonThreadProbe python_thread = g_python_thread.load();
+  if (!python_thread || !python_thread()) return nullptr;
   return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false,
                                           /*cpp=*/false);
 }

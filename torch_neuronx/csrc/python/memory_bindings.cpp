@@ -10,6 +10,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/device.h"
+#include "core/python_stacks.h"
 
 namespace py = pybind11;
 
@@ -124,6 +125,10 @@ py::dict snapshot() {
 }  // namespace
 
 void bindMemory(py::module& m) {
+  // The allocator's history gathers Python stacks on the threads Python knows.
+  setPythonThreadProbe([] {
+    return Py_IsInitialized() && PyGILState_GetThisThreadState() != nullptr;
+  });
   m.def("_set_memory_fraction", [](double fraction, int device) {
     cachingAllocator().setMemoryFraction(fraction,
                                          static_cast<c10::DeviceIndex>(device));
