@@ -66,18 +66,13 @@ def test_llama3_debug_model_trains_on_neuron_with_the_cpus_losses(assets, cpu_lo
     assert losses[-1] < losses[0]  # it learns
 
 
-def test_compiled_with_selective_activation_checkpointing(assets, cpu_losses):
-    # TorchNeuron's tutorial flow: --compile.enable --compile.backend neuron with
-    # selective activation checkpointing (the recomputed random ops, SDPA's layouts).
-    losses = train(
-        assets,
-        "neuron",
-        "--compile.enable",
-        "--compile.backend",
-        "neuron",
-        "--activation_checkpoint.mode",
-        "selective",
-    )
+@pytest.mark.parametrize("checkpointing", ["selective", "none"])
+def test_compiled(assets, cpu_losses, checkpointing):
+    # TorchNeuron's tutorial flow: --compile.enable --compile.backend neuron, with
+    # selective activation checkpointing (the recomputed random ops, SDPA's layouts)
+    # and without.
+    compiled = ("--compile.enable", "--compile.backend", "neuron")
+    losses = train(assets, "neuron", *compiled, "--activation_checkpoint.mode", checkpointing)
     assert losses == pytest.approx(cpu_losses, rel=1e-4)
 
 
