@@ -32,7 +32,7 @@ def test_wrap_replaces_once():
     assert _monkey_patch.is_patched(Owner.f)
 
 
-def test_installers_run_twice_keep_one_replacement():
+def _install_all_and_read():
     import torch.distributed as dist
     from torch._inductor import codecache
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -41,24 +41,18 @@ def test_installers_run_twice_keep_one_replacement():
     shims.allow_ddp_bf16_comm_hooks()
     hooks.install()
     program_cache.record_loaded_libraries(codecache)
-    patched = {
+    return {
         "BackendConfig.__init__": dist.distributed_c10d.BackendConfig.__init__,
         "DDP._check_comm_hook": DDP._check_comm_hook,
         "prepare_trace": torch.profiler.profiler._KinetoProfile.prepare_trace,
         "_load_library": codecache.CppCodeCache.__dict__["_load_library"],
     }
+
+
+def test_installers_run_twice_keep_one_replacement():
+    patched = _install_all_and_read()
     assert all(_monkey_patch.is_patched(getattr(f, "__func__", f)) for f in patched.values())
-    shims.patch_default_process_group_backend()
-    shims.allow_ddp_bf16_comm_hooks()
-    hooks.install()
-    program_cache.record_loaded_libraries(codecache)
-    again = {
-        "BackendConfig.__init__": dist.distributed_c10d.BackendConfig.__init__,
-        "DDP._check_comm_hook": DDP._check_comm_hook,
-        "prepare_trace": torch.profiler.profiler._KinetoProfile.prepare_trace,
-        "_load_library": codecache.CppCodeCache.__dict__["_load_library"],
-    }
-    assert again == patched
+    assert _install_all_and_read() == patched
 
 
 def test_safetensors_load_file_is_wrapped_once():

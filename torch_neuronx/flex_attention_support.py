@@ -75,32 +75,13 @@ def _autocast_on_neuron(hop_module: ModuleType) -> None:
         return
 
     @hop.py_impl(DispatchKey.AutocastPrivateUse1)
-    def flex_attention_autocast_neuron(
-        query,
-        key,
-        value,
-        score_mod,
-        block_mask,
-        scale,
-        kernel_options,
-        score_mod_other_buffers=(),
-        mask_mod_other_buffers=(),
-    ):
+    def flex_attention_autocast_neuron(query, key, value, *rest):
+        # rest: score_mod, block_mask, scale, kernel_options and the buffers, as given.
         device_type = query.device.type
         dtype = torch.get_autocast_dtype(device_type)
         query, key, value = (_cast(t, device_type, dtype) for t in (query, key, value))
         with torch._C._ExcludeDispatchKeyGuard(DispatchKeySet(DispatchKey.AutocastPrivateUse1)):
-            return hop(
-                query,
-                key,
-                value,
-                score_mod,
-                block_mask,
-                scale,
-                kernel_options,
-                score_mod_other_buffers,
-                mask_mod_other_buffers,
-            )
+            return hop(query, key, value, *rest)
 
 
 def install() -> None:
