@@ -9,13 +9,11 @@ scenario runs in a fresh interpreter (a fault ends it).
 
 import signal
 
-from conftest import check_ok
-
 ON = {"TORCH_NEURONX_PROTECT_DEVICE_MEMORY": "1"}
 
 
-def test_device_work_runs_as_usual_with_protection_on(run_py):
-    out = check_ok(
+def test_device_work_runs_as_usual_with_protection_on(run_py, check):
+    out = check(
         run_py(
             """
             import torch
@@ -53,7 +51,7 @@ def test_a_host_read_of_device_memory_faults_with_a_message(run_py):
     assert "missing synchronize?" in r.stderr
 
 
-def test_off_by_default_and_bad_values_are_refused(run_py):
+def test_off_by_default_and_bad_values_are_refused(run_py, check):
     read = """
         import ctypes
         import torch
@@ -61,7 +59,7 @@ def test_off_by_default_and_bad_values_are_refused(run_py):
         torch.neuron.synchronize()
         print(ctypes.string_at(x.data_ptr(), 4) == bytes([7] * 4))
         """
-    assert check_ok(run_py(read)).strip() == "True"  # the host can read: today's behaviour
+    assert check(run_py(read)).strip() == "True"  # the host can read: today's behaviour
     r = run_py(read, env={"TORCH_NEURONX_PROTECT_DEVICE_MEMORY": "yes"})
     assert r.returncode != 0
     assert "TORCH_NEURONX_PROTECT_DEVICE_MEMORY='yes': expected 0 or 1" in r.stderr
