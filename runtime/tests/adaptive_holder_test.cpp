@@ -7,19 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
+using neuron_rt_test::AdaptiveOn;
+
 namespace neuron_rt {
 namespace {
-
-struct AdaptiveOn {
-  AdaptiveOn() {
-    adaptiveSettings().enabled = true;
-    adaptiveSettings().threshold = 2;
-    adaptiveSettings().max_fruitless_windows = 64;
-    adaptiveSettings().chunk_items = 64;
-    resetAdaptiveStats();
-  }
-  ~AdaptiveOn() { adaptiveSettings().enabled = false; }
-};
 
 // Records what leaves the holder, and runs it (so order can be checked).
 class RecordingSink final : public ItemSink {

@@ -10,21 +10,12 @@
 #include "neuron_runtime/captured_work.h"
 #include "neuron_runtime/stream.h"
 #include "neuron_runtime/trace.h"
+#include "test_util.h"
 
 using namespace neuron_rt;
+using neuron_rt_test::AdaptiveOn;
 
 namespace {
-
-struct AdaptiveOn {
-  AdaptiveOn() {
-    adaptiveSettings().enabled = true;
-    adaptiveSettings().threshold = 2;
-    adaptiveSettings().max_fruitless_windows = 64;
-    adaptiveSettings().chunk_items = 64;
-    resetAdaptiveStats();
-  }
-  ~AdaptiveOn() { adaptiveSettings().enabled = false; }
-};
 
 // Queues the window `ops` (signed items appending their name to `ran`).
 void queueWindow(Stream& s, const std::vector<const char*>& ops,
@@ -105,7 +96,8 @@ TEST(SequenceAdapter, BoundariesRunWhatIsHeld) {
   }
   ran.clear();
   queueWindow(s, {"a", "b"}, &ran);
-  s.enqueue("event", [] {}, ItemKind::kMarker);  // a boundary
+  s.enqueue(
+      "event", [] {}, ItemKind::kMarker);  // a boundary
   s.synchronize();
   EXPECT_EQ(ran, (std::vector<std::string>{"a", "b"}));
   // A poll runs held items too (they would never run otherwise).

@@ -11,9 +11,24 @@
 #include <utility>
 #include <vector>
 
+#include "neuron_runtime/sequence_adapter.h"
 #include "neuron_runtime/status.h"
 
 namespace neuron_rt_test {
+
+// Adaptive eager on for the test's scope (threshold 2, fresh counters), off
+// again afterwards.
+struct AdaptiveOn {
+  AdaptiveOn() {
+    auto& settings = neuron_rt::adaptiveSettings();
+    settings.enabled = true;
+    settings.threshold = 2;
+    settings.max_fruitless_windows = 64;
+    settings.chunk_items = 64;
+    neuron_rt::resetAdaptiveStats();
+  }
+  ~AdaptiveOn() { neuron_rt::adaptiveSettings().enabled = false; }
+};
 
 // A one-shot gate that work items can block on. Items must capture waiter()
 // (a shared_future, by value) rather than the Gate itself: if a test fails
