@@ -1,0 +1,444 @@
+"""Published Trainium figures whose workload can be reproduced here: the data
+of the validation table (torch_neuronx.estimate.validation computes our
+estimate of each).
+
+Every row names its source (a page of the vendor's documentation or of its
+repositories) and quotes the sentence or the table cell the figure comes
+from. ``published`` is a time in ``unit`` ("us", "ms" or "s"): a throughput
+is turned into the time of the unit of work it counts (the quote keeps the
+original figure), so that every ratio reads the same way: ours / published
+> 1 means we estimate slower than measured.
+
+``spec`` says what to estimate: ``kind`` "nki" (a kernel of
+validation_kernels.py traced on the published shapes, the NKI cost model),
+"collective" (the collective cost model on the published topology) or
+"model" (a planning run of a model's step). ``note`` says what the workload
+has that our estimate does not see (why a ratio may be off), or how the row
+was reproduced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+_NKI_MATMUL = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.21.0/general/nki/tutorials/"
+    "matrix_multiplication.html"
+)
+_NKI_MAMBA = (
+    "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/nki/guides/tutorials/fused_mamba.rst"
+)
+_RMSNORM_QUANT = (
+    "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/nki/library/specs/"
+    "design-rmsnorm-quant.rst"
+)
+_NCCOM = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/nccom-test.html"
+)
+_TRN1_TRAINING = (
+    "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/about-neuron/benchmarks/trn1/"
+    "training_data_decoder.csv"
+)
+_TRN1_TRAINING_ENC = (
+    "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/about-neuron/benchmarks/trn1/"
+    "training_data_encoder.csv"
+)
+_TRN1_LATENCY = (
+    "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/about-neuron/benchmarks/trn1/"
+    "latency_data_decoder.csv"
+)
+_TRN2_LLAMA70B = (
+    "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/libraries/nxd-inference/"
+    "tutorials/llama70b_perf_comparison.csv"
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # row id (the first column of the docs table)
+    workload: str  # exact shapes, dtypes, configuration, layout
+    target: str  # trn1 / trn2 / trn3
+    lnc: int  # logical NeuronCore size the figure was measured with (1 on trn1)
+    published: float  # in `unit`
+    unit: str  # "us", "ms", "s"
+    source: str  # URL
+    quote: str  # the sentence or table cell, as published
+    spec: dict = field(default_factory=dict)
+    note: str = ""
+
+
+def _mm(name, label, ms, note=""):
+    return Figure(
+        name=f"nki-matmul-{name}",
+        workload=(
+            f"NKI matmul tutorial, {label} kernel: [4096, 8192] x [8192, 8192] bf16 "
+            "(lhsT 8192 x 4096), one NeuronCore"
+        ),
+        target="trn1",
+        lnc=1,
+        published=ms,
+        unit="ms",
+        source=_NKI_MATMUL,
+        quote=f"performance table, {label}: {ms} ms (Trainium1)",
+        spec={
+            "kind": "nki",
+            "kernel": f"matmul:{name}",
+            "args": [([8192, 4096], "bfloat16"), ([8192, 8192], "bfloat16")],
+        },
+        note=note,
+    )
+
+
+def _mamba(version, channels, seq, value, unit, quote, note=""):
+    return Figure(
+        name=f"nki-mamba-{version}-c{channels}-s{seq}",
+        workload=(
+            f"NKI fused Mamba tutorial, mamba_{version}: batch 1, channels {channels}, "
+            f"seq_len {seq}, state_size 16, fp32, one NeuronCore"
+        ),
+        target="trn1",
+        lnc=1,
+        published=value,
+        unit=unit,
+        source=_NKI_MAMBA,
+        quote=quote,
+        spec={
+            "kind": "nki",
+            "kernel": f"mamba:{version}",
+            "args": [
+                ([1, channels, seq], "float32"),
+                ([1, channels, seq], "float32"),
+                ([channels, 16], "float32"),
+                ([1, 16, seq], "float32"),
+                ([1, 16, seq], "float32"),
+            ],
+        },
+        note=note
+        or (
+            "The tutorial names no instance; its NKI release (2024) ran on Trn1/Inf2, "
+            "so NeuronCore-v2 is assumed."
+        ),
+    )
+
+
+def _rmsq(model, seq_label, rows, hidden, us):
+    return Figure(
+        name=f"nkilib-rmsnorm-quant-{seq_label}x{hidden}",
+        workload=(
+            f"NKI library RMSNorm-Quant ({model}): [1, {seq_label}, {hidden}] bf16 -> fp8 "
+            "+ fp32 row scales, LNC=2 (rows split over the 2 physical cores: "
+            f"{rows // 2} rows per core estimated)"
+        ),
+        target="trn2",
+        lnc=2,
+        published=us,
+        unit="us",
+        source=_RMSNORM_QUANT,
+        quote=(
+            f"Performance Targets, {model}: Target Latency (us) {us} | Batch 1 | "
+            f"{seq_label} | {hidden}"
+        ),
+        spec={
+            "kind": "nki",
+            "kernel": "rmsnorm_quant",
+            "args": [([rows // 2, hidden], "bfloat16"), ([1, hidden], "bfloat16")],
+        },
+        note=(
+            "A target latency, not a measurement. Reproduced with this repository's kernel "
+            "in the library's design (validation_kernels.rmsnorm_quant), one LNC=2 shard "
+            "per physical core."
+        ),
+    )
+
+
+def _nccom(name, kind, nbytes, ranks, us, quote, nodes=1, dtype="fp32", note=""):
+    return Figure(
+        name=name,
+        workload=(
+            f"nccom-test {kind}, {ranks} ranks"
+            + (f" on {nodes} trn1.32xlarge" if nodes > 1 else " on one trn1.32xlarge")
+            + f", {nbytes:,} B {dtype}"
+        ),
+        target="trn1",
+        lnc=1,
+        published=us,
+        unit="us",
+        source=_NCCOM,
+        quote=quote,
+        spec={
+            "kind": "collective",
+            "op": kind,
+            "bytes": nbytes,
+            "ranks": ranks,
+            "ranks_per_chip": 2,
+            "chips_per_host": 16,
+        },
+        note=note
+        or (
+            "The guide's examples (P50 time(us)) name no instance; 32 ranks per node "
+            "means trn1.32xlarge (16 chips x 2 NeuronCore-v2)."
+        ),
+    )
+
+
+FIGURES: list[Figure] = [
+    # --- NKI tutorial kernels -------------------------------------------
+    _mm("tiled", "tiled", 51.80),
+    _mm("hoist_load", "hoisted loads", 42.96),
+    _mm("block_free_dimension", "blocked free dimension", 22.07),
+    _mm("fully_optimized", "fully optimized", 6.97),
+    _mamba(
+        "v1",
+        256,
+        512,
+        172.93,
+        "us",
+        "This NKI kernel implementation now takes 172.93 usec (batch=1, seq_len=512, "
+        "channels=256, state_size=16)",
+    ),
+    _mamba(
+        "v1",
+        4096,
+        512,
+        2.34,
+        "ms",
+        "The new device execution time with increased channels is now 2.34 ms "
+        "(channels 256 -> 4096)",
+    ),
+    _mamba(
+        "v2",
+        4096,
+        512,
+        1.61,
+        "ms",
+        "The device execution time is now 1.61 ms, which is a 31% reduction in latency "
+        "(mamba_v2, loop reordering)",
+    ),
+    _mamba(
+        "v3",
+        4096,
+        2048,
+        6.6,
+        "ms",
+        "scaling table, seq_len 2048: mamba_v3 Measured Latency (ms) 6.6",
+    ),
+    _mamba(
+        "v3",
+        4096,
+        8192,
+        27.8,
+        "ms",
+        "With the above profile, the kernel now takes 27.8 ms (mamba_v3, seq_len 8192)",
+    ),
+    # --- NKI library kernel (trn2, LNC=2) --------------------------------
+    _rmsq("Llama3.3 70B", "2K", 2048, 8192, 458.2),
+    _rmsq("Llama3.3 70B", "32K", 32768, 8192, 6287.0),
+    _rmsq("Llama3.1 405B", "2K", 2048, 16384, 866.81),
+    # --- collectives (nccom-test, trn1) ----------------------------------
+    _nccom(
+        "nccom-allr-2r-32MiB-u8",
+        "all_reduce",
+        33554432,
+        2,
+        768,
+        "nccom-test -r 2 allr: 33554432 | 33554432 | uint8 | 768 | 40.69 | 40.69",
+        dtype="uint8",
+    ),
+    _nccom(
+        "nccom-allr-2r-1KiB",
+        "all_reduce",
+        1024,
+        2,
+        58,
+        "nccom-test -r 2 ... allr: 1024 | 256 | fp32 | 58 | 0.02 | 0.02",
+    ),
+    _nccom(
+        "nccom-allr-2r-64MiB",
+        "all_reduce",
+        67108864,
+        2,
+        1214,
+        "nccom-test -r 2 ... allr: 67108864 | 16777216 | fp32 | 1214 | 51.48 | 51.48",
+    ),
+    _nccom(
+        "nccom-allr-2r-1GiB",
+        "all_reduce",
+        1073741824,
+        2,
+        18930,
+        "nccom-test -r 2 ... allr: 1073741824 | 268435456 | fp32 | 18930 | 52.83 | 52.83",
+    ),
+    _nccom(
+        "nccom-allg-32r-512KiB",
+        "all_gather",
+        524288,
+        32,
+        23.11,
+        "nccom-test -r 32 ... allg --report-to-json-file: 524288 | 131072 | fp32 | 23.11 "
+        "(time:avg(us))",
+        note=(
+            "size(B) is the gathered output (16,384 B per rank, --show-input-output-size). "
+            "An older run of the same command on the page reads 179 us."
+        ),
+    ),
+    _nccom(
+        "nccom-allr-64r-2n-8B",
+        "all_reduce",
+        8,
+        64,
+        520,
+        "nccom-test -r 64 -N 2 ... allr: 8 | 2 | fp32 | 520",
+        nodes=2,
+    ),
+    _nccom(
+        "nccom-allr-64r-2n-64MiB",
+        "all_reduce",
+        67108864,
+        64,
+        3963,
+        "nccom-test -r 64 -N 2 ... allr: 67108864 | 16777216 | fp32 | 3963 | 15.77 | 31.05",
+        nodes=2,
+    ),
+    _nccom(
+        "nccom-allr-64r-2n-1GiB",
+        "all_reduce",
+        1073741824,
+        64,
+        41806,
+        "nccom-test -r 64 -N 2 ... allr: 1073741824 | 268435456 | fp32 | 41806 | 23.92 | 47.09",
+        nodes=2,
+    ),
+    # --- whole models (planning runs) -----------------------------------
+    Figure(
+        name="trn1-llama3.1-8b-pretrain",
+        workload=(
+            "Llama-3.1-8B pre-training, NxD, 32 trn1.32xlarge (1024 NeuronCores), TP=32 DP=32 "
+            "ZeRO-1, microbatch 1, global batch 1024, seq 8192, BF16 autocast + fp32 AdamW: "
+            "one optimizer step (1024 sequences)"
+        ),
+        target="trn1",
+        lnc=1,
+        published=1024 / 47.95,
+        unit="s",
+        source=_TRN1_TRAINING,
+        quote=(
+            "Llama-3.1-8B pre-training,trn1.32xlarge/trn1n.32xlarge,Autocast:BF16+FP32Optimizer,"
+            "32,TP=32 DP=32 PP=1 ZeRO-1,1,1024,AdamW,8192,47.95 [seq/sec]"
+        ),
+        spec={
+            "kind": "model",
+            "model": "llama3.1-8b",
+            "mode": "train",
+            "seq": 8192,
+            "microbatch": 1,
+            "grad_accum": 32,
+            "tp": 32,
+            "dp": 32,
+            "zero1": True,
+        },
+        note="1024 sequences / 47.95 seq/s = 21.4 s per step.",
+    ),
+    Figure(
+        name="trn1-bert-large-ph1",
+        workload=(
+            "HF BERT-Large phase-1 pre-training, one trn1.32xlarge, 32 NeuronCores data-parallel, "
+            "BF16 autocast, microbatch 16 per core, seq 128: one microbatch step of all 32 ranks "
+            "(512 sequences)"
+        ),
+        target="trn1",
+        lnc=1,
+        published=512 / 3836.4653,
+        unit="s",
+        source=_TRN1_TRAINING_ENC,
+        quote=(
+            "HuggingFace BERT-Large Ph1 pre-training,trn1.32xlarge/trn1n.32xlarge,Autocast:BF16+SR,"
+            "1,[32xNC(DP)],16,16384,AdamW,128,3836.4653 [seq/sec]"
+        ),
+        spec={
+            "kind": "model",
+            "model": "bert-large",
+            "mode": "train",
+            "seq": 128,
+            "microbatch": 16,
+            "dp": 32,
+        },
+        note="512 sequences / 3836.5 seq/s = 133 ms per microbatch step.",
+    ),
+    Figure(
+        name="trn1-llama2-7b-tpot",
+        workload=(
+            "Llama-2-7b text generation, Transformers NeuronX, one trn1.32xlarge, TP=32, batch 1, "
+            "bf16, input 128 / output 8064 tokens (sequence 8192): time per output token"
+        ),
+        target="trn1",
+        lnc=1,
+        published=6.69956207,
+        unit="ms",
+        source=_TRN1_LATENCY,
+        quote=(
+            "Llama-2-7b,...,Transformers NeuronX,trn1.32xlarge,Text Generation,161.7081305,"
+            "13.32402229,14.1210556,6.69956207 [TPOT P50 ms],...,32,1,8192,128,8064,FP16,"
+            "Matmult-BF16,bf16"
+        ),
+        spec={
+            "kind": "model",
+            "model": "llama2-7b",
+            "mode": "decode",
+            "context": 4096,
+            "batch": 1,
+            "tp": 32,
+        },
+        note="Decode step at the mean context of the run (128 + 8064 / 2 tokens).",
+    ),
+    Figure(
+        name="trn1-llama2-70b-tpot",
+        workload=(
+            "Llama-2-70b text generation, Transformers NeuronX, one trn1.32xlarge, TP=32, "
+            "batch 1, bf16, input 128 / output 128 tokens (sequence 256): time per output token"
+        ),
+        target="trn1",
+        lnc=1,
+        published=25.18129,
+        unit="ms",
+        source=_TRN1_LATENCY,
+        quote=(
+            "Llama-2-70b,...,Transformers NeuronX,trn1.32xlarge,Text Generation,39.28574,"
+            "53.91026,54.9469,25.18129 [TPOT P50 ms],...,32,1,256,128,128,FP16,Matmult-BF16,bf16"
+        ),
+        spec={
+            "kind": "model",
+            "model": "llama2-70b",
+            "mode": "decode",
+            "context": 192,
+            "batch": 1,
+            "tp": 32,
+        },
+        note="Decode step at the mean context of the run (128 + 128 / 2 tokens).",
+    ),
+    Figure(
+        name="trn2-llama3.3-70b-tpot",
+        workload=(
+            "Llama-3.3-70B-Instruct, NxD Inference + vLLM, one trn2.48xlarge, TP=64 at LNC=2, "
+            "batch 1, bf16, no speculative decoding: time per output token"
+        ),
+        target="trn2",
+        lnc=2,
+        published=19.8,
+        unit="ms",
+        source=_TRN2_LLAMA70B,
+        quote="No speculative decoding,575.6 [TTFT P50 ms],19.8 [TPOT P50 ms],47",
+        spec={
+            "kind": "model",
+            "model": "llama3.3-70b",
+            "mode": "decode",
+            "context": 2048,
+            "batch": 1,
+            "tp": 64,
+        },
+        note="Decode step at a 2048-token context (the tutorial's LLMPerf prompt lengths vary).",
+    ),
+]
+
+
+def by_name() -> dict[str, Figure]:
+    return {f.name: f for f in FIGURES}
