@@ -237,7 +237,7 @@ FIGURES: list[Figure] = [
     # --- collectives (nccom-test, trn1) ----------------------------------
     _nccom(
         "nccom-allr-2r-32MiB-u8",
-        "all_reduce",
+        "allreduce",
         33554432,
         2,
         768,
@@ -246,7 +246,7 @@ FIGURES: list[Figure] = [
     ),
     _nccom(
         "nccom-allr-2r-1KiB",
-        "all_reduce",
+        "allreduce",
         1024,
         2,
         58,
@@ -254,7 +254,7 @@ FIGURES: list[Figure] = [
     ),
     _nccom(
         "nccom-allr-2r-64MiB",
-        "all_reduce",
+        "allreduce",
         67108864,
         2,
         1214,
@@ -262,7 +262,7 @@ FIGURES: list[Figure] = [
     ),
     _nccom(
         "nccom-allr-2r-1GiB",
-        "all_reduce",
+        "allreduce",
         1073741824,
         2,
         18930,
@@ -270,7 +270,7 @@ FIGURES: list[Figure] = [
     ),
     _nccom(
         "nccom-allg-32r-512KiB",
-        "all_gather",
+        "allgather",
         524288,
         32,
         23.11,
@@ -283,7 +283,7 @@ FIGURES: list[Figure] = [
     ),
     _nccom(
         "nccom-allr-64r-2n-8B",
-        "all_reduce",
+        "allreduce",
         8,
         64,
         520,
@@ -292,7 +292,7 @@ FIGURES: list[Figure] = [
     ),
     _nccom(
         "nccom-allr-64r-2n-64MiB",
-        "all_reduce",
+        "allreduce",
         67108864,
         64,
         3963,
@@ -301,7 +301,7 @@ FIGURES: list[Figure] = [
     ),
     _nccom(
         "nccom-allr-64r-2n-1GiB",
-        "all_reduce",
+        "allreduce",
         1073741824,
         64,
         41806,
@@ -419,7 +419,8 @@ FIGURES: list[Figure] = [
         name="trn2-llama3.3-70b-tpot",
         workload=(
             "Llama-3.3-70B-Instruct, NxD Inference + vLLM, one trn2.48xlarge, TP=64 at LNC=2, "
-            "batch 1, bf16, no speculative decoding: time per output token"
+            "batch 1, bf16, no speculative decoding, LLMPerf 10,000 input / 1,500 output "
+            "tokens: time per output token"
         ),
         target="trn2",
         lnc=2,
@@ -431,11 +432,33 @@ FIGURES: list[Figure] = [
             "kind": "model",
             "model": "llama3.3-70b",
             "mode": "decode",
-            "context": 2048,
+            "context": 10750,
             "batch": 1,
             "tp": 64,
         },
-        note="Decode step at a 2048-token context (the tutorial's LLMPerf prompt lengths vary).",
+        note="Decode step at the mean context of the run (10,000 + 1,500 / 2 tokens).",
+    ),
+    Figure(
+        name="trn2-llama3.3-70b-ttft",
+        workload=(
+            "Llama-3.3-70B-Instruct, NxD Inference + vLLM, one trn2.48xlarge, TP=64 at LNC=2, "
+            "batch 1, bf16, 10,000-token prompt: time to first token (the prefill)"
+        ),
+        target="trn2",
+        lnc=2,
+        published=575.6,
+        unit="ms",
+        source=_TRN2_LLAMA70B,
+        quote="No speculative decoding,575.6 [TTFT P50 ms],19.8 [TPOT P50 ms],47",
+        spec={
+            "kind": "model",
+            "model": "llama3.3-70b",
+            "mode": "prefill",
+            "context": 10000,
+            "batch": 1,
+            "tp": 64,
+        },
+        note="TTFT includes the serving path (vLLM, request handling), not only the prefill.",
     ),
 ]
 

@@ -97,8 +97,8 @@ def _estimate_collective(fig: Figure) -> tuple[float, str]:
     s = fig.spec
     d = _C._estimate_collective(
         s["op"],
-        int(s["bytes"]),
-        int(s["ranks"]),
+        float(s["bytes"]),
+        list(range(int(s["ranks"]))),
         target=fig.target,
         lnc=fig.lnc,
         ranks_per_chip=int(s.get("ranks_per_chip", 0)),
