@@ -24,7 +24,11 @@ bool AdaptiveHolder::offer(WorkItem& item, uint64_t signature, bool boundary,
     releaseLocked(sink);  // what is held runs first: order is kept
     return false;
   }
-  switch (adapter_.onItem(identity(item.label, item.kind, signature))) {
+  // The op alone (label and kind) tells a sequence's family: the same ops on
+  // other shapes (sequence_adapter.h).
+  const uint64_t op = fnv1aMix(reinterpret_cast<uintptr_t>(item.label),
+                               static_cast<uint64_t>(item.kind));
+  switch (adapter_.onItem(identity(item.label, item.kind, signature), op)) {
     case SequenceAdapter::Action::kPlain:
       return false;
     case SequenceAdapter::Action::kHold:

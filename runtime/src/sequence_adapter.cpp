@@ -35,6 +35,9 @@ void resetAdaptiveStats() {
   s.items_held = 0;
   s.evictions = 0;
   s.streams_given_up = 0;
+  s.never_replayed = 0;
+  s.families_stopped = 0;
+  s.skipped = 0;
   // `cached` counts what the streams hold now: not a history.
 }
 
@@ -66,24 +69,30 @@ SequenceAdapter::Sequence* SequenceAdapter::findStartingWith(uint64_t id) {
   return nullptr;
 }
 
-void SequenceAdapter::appendToWindow(uint64_t identity) {
+void SequenceAdapter::appendToWindow(uint64_t identity, uint64_t op) {
   const AdaptiveSettings& cfg = adaptiveSettings();
   if (window_.size() >= static_cast<size_t>(cfg.max_sequence_items.load())) {
     // Too long to adapt as a whole: start the recording afresh (periods are
     // still found in what follows).
     window_broken_ = true;
     window_.clear();
+    ops_.clear();
     last_seen_.clear();
     period_ = 0;
     run_ = 0;
+    period_extra_ = 0;
   }
   window_.push_back(identity);
-  if (!window_broken_) window_hash_ = fnv1aMix(window_hash_, identity);
+  ops_.push_back(op);
+  if (!window_broken_) {
+    window_hash_ = fnv1aMix(window_hash_, identity);
+    window_family_ = fnv1aMix(window_family_, op);
+  }
 }
 
-void SequenceAdapter::record(uint64_t identity) {
+void SequenceAdapter::record(uint64_t identity, uint64_t op) {
   const AdaptiveSettings& cfg = adaptiveSettings();
-  appendToWindow(identity);
+  appendToWindow(identity, op);
   const size_t i = window_.size() - 1;
   // Period search: does this item repeat the one `period_` items back?
   if (period_ && i >= period_ && window_[i - period_] == identity) {
@@ -92,11 +101,13 @@ void SequenceAdapter::record(uint64_t identity) {
     auto it = last_seen_.find(identity);
     period_ = it == last_seen_.end() ? 0 : i - it->second;
     run_ = period_ ? 1 : 0;
+    period_extra_ = 0;
   }
   last_seen_[identity] = i;
   const size_t needed =
       period_ * static_cast<size_t>(std::max(1, cfg.threshold.load() - 1));
-  if (period_ >= static_cast<size_t>(cfg.min_period.load()) && run_ >= needed) {
+  if (period_ >= static_cast<size_t>(cfg.min_period.load()) &&
+      run_ >= needed + period_extra_) {
     // The last period's items are a sequence seen `threshold` times (unless
     // they are being replayed already). The search starts again either way,
     // so a sequence is never adapted again rotated by one item.
@@ -105,10 +116,53 @@ void SequenceAdapter::record(uint64_t identity) {
       const uint64_t h = fnv1aWords(items);
       bool known = false;
       for (const Sequence& s : lru_) known |= s.hash == h;
-      if (!known) adapt(h, std::move(items));
+      if (!known) {
+        const uint64_t family =
+            fnv1aWords(std::vector<uint64_t>(ops_.end() - period_, ops_.end()));
+        if (period_extra_ == 0 && stopped(family)) {
+          // Its family's sequences were never replayed (say the layers of a
+          // 2-layer model, decoding with shapes that grow every token: each
+          // period is seen exactly twice). Adapted only if it goes on one
+          // more period, at the same phase (the same rotation, the same
+          // family); the search goes on meanwhile.
+          period_extra_ = period_;
+          adaptiveStats().skipped++;
+          return;
+        }
+        adapt(h, std::move(items), family);
+      }
     }
     period_ = 0;
     run_ = 0;
+    period_extra_ = 0;
+  }
+}
+
+bool SequenceAdapter::stopped(uint64_t family) const {
+  if (families_.empty()) return false;
+  auto it = families_.find(family);
+  return it != families_.end() && it->second.stopped;
+}
+
+void SequenceAdapter::replayed(Sequence& s) {
+  s.replayed = true;
+  // A family whose sequences come back is not fruitless: its count starts
+  // again (a stopped family stays stopped until the mode starts afresh).
+  if (families_.empty()) return;
+  auto it = families_.find(s.family);
+  if (it != families_.end()) it->second.fruitless = 0;
+}
+
+void SequenceAdapter::evicted(const Sequence& s) {
+  if (s.replayed) return;
+  adaptiveStats().never_replayed++;
+  if (families_.size() >= kMaxSeen && !families_.count(s.family))
+    families_.clear();  // bounded; what is forgotten is learned again
+  Family& f = families_[s.family];
+  if (f.stopped) return;
+  if (++f.fruitless >= adaptiveSettings().max_fruitless_adaptations.load()) {
+    f.stopped = true;
+    adaptiveStats().families_stopped++;
   }
 }
 
@@ -121,13 +175,16 @@ void SequenceAdapter::forgetIfStale() {
   adaptiveStats().cached -= lru_.size();
   lru_.clear();
   seen_.clear();
+  families_.clear();
+  window_index_ = 0;
   clearWindow();
   fruitless_ = 0;
   deviations_in_a_row_ = 0;
   gave_up_ = false;
 }
 
-SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
+SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity,
+                                                uint64_t op) {
   forgetIfStale();
   if (identity == 0) {  // unsigned: a boundary of its own
     const bool held = onBoundary();
@@ -138,11 +195,12 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
   // grows: no period search (its items are a known sequence), which keeps a
   // replayed item's host cost low.
   if (matching_) {
-    appendToWindow(identity);
+    appendToWindow(identity, op);
     if (matched_ < matching_->items.size() &&
         matching_->items[matched_] == identity) {
       ++matched_;
       if (matched_ == matching_->items.size()) {
+        replayed(*matching_);
         matching_ = nullptr;  // complete; a next one may start right after
         deviations_in_a_row_ = 0;
         adaptiveStats().replays++;
@@ -167,7 +225,7 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
       giveUp("its adapted sequences deviated every time");
     return Action::kDeviate;
   }
-  record(identity);
+  record(identity, op);
   if (deviated_) return Action::kPlain;
   if (Sequence* s = findStartingWith(identity)) {
     matching_ = s;
@@ -176,6 +234,7 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity) {
     period_ = 0;  // not searched while matching: starts afresh after it
     run_ = 0;
     if (s->items.size() == 1) {
+      replayed(*s);
       matching_ = nullptr;
       adaptiveStats().replays++;
       adaptiveStats().items_held += 1;
@@ -214,16 +273,34 @@ void SequenceAdapter::endWindow() {
   const bool recorded = !window_.empty() && !window_broken_;
   if (recorded && !gave_up_) {
     adaptiveStats().windows++;
+    const uint64_t now = ++window_index_;
     bool known = false;
     for (const Sequence& s : lru_) known |= s.hash == window_hash_;
     if (!known) {
-      if (seen_.size() >= kMaxSeen) seen_.clear();
-      const int count = ++seen_[window_hash_];
+      if (seen_.size() >= kMaxSeen && !seen_.count(window_hash_)) seen_.clear();
+      Seen& seen = seen_[window_hash_];
+      // Back within `max_sequences` windows: the LRU would still hold it
+      // when it next comes (at most that many others were adapted since).
+      const bool within_reach =
+          seen.count > 0 &&
+          now - seen.last <= static_cast<uint64_t>(cfg.max_sequences.load());
+      const int count = ++seen.count;
+      seen.last = now;
+      bool adapted = false;
       if (count >= cfg.threshold.load()) {
-        adapt(window_hash_, window_);
-        seen_.erase(window_hash_);
-      } else if (++fruitless_ >= cfg.max_fruitless_windows.load() &&
-                 lru_.empty()) {
+        if (!within_reach && stopped(window_family_)) {
+          // A family whose sequences were all evicted unreplayed, and a
+          // window that came back too late to be kept: adapting it would
+          // only evict it again (generate()'s decode steps).
+          adaptiveStats().skipped++;
+        } else {
+          adapt(window_hash_, window_, window_family_);
+          seen_.erase(window_hash_);
+          adapted = true;
+        }
+      }
+      if (!adapted && ++fruitless_ >= cfg.max_fruitless_windows.load() &&
+          lru_.empty()) {
         giveUp(
             "its windows of work between synchronizations never repeated "
             "(shapes changing every step?)");
@@ -235,25 +312,31 @@ void SequenceAdapter::endWindow() {
 
 void SequenceAdapter::clearWindow() {
   window_.clear();
+  ops_.clear();
   window_hash_ = kFnv1aBasis;
+  window_family_ = kFnv1aBasis;
   window_broken_ = false;
   last_seen_.clear();
   period_ = 0;
   run_ = 0;
+  period_extra_ = 0;
   deviated_ = false;
   matched_ = 0;
 }
 
-void SequenceAdapter::adapt(uint64_t hash, std::vector<uint64_t> items) {
+void SequenceAdapter::adapt(uint64_t hash, std::vector<uint64_t> items,
+                            uint64_t family) {
   fruitless_ = 0;
   static std::atomic<uint64_t> next_id{1};
-  lru_.push_front(Sequence{hash, std::move(items), next_id.fetch_add(1)});
+  lru_.push_front(
+      Sequence{hash, std::move(items), next_id.fetch_add(1), family});
   adaptiveStats().adapted++;
   adaptiveStats().cached++;
   const size_t limit =
       static_cast<size_t>(adaptiveSettings().max_sequences.load());
   while (lru_.size() > limit) {
     if (matching_ == &lru_.back()) matching_ = nullptr;
+    evicted(lru_.back());
     lru_.pop_back();
     adaptiveStats().evictions++;
     adaptiveStats().cached--;

@@ -260,3 +260,155 @@ TEST(SequenceAdapter, HeldItemsAreNotCapturedByALaterCapture) {
   s.synchronize();
   EXPECT_EQ(ran.back(), "captured");
 }
+
+namespace {
+
+// The window of a decode step over a KV cache `len` long: the same ops every
+// step, their shapes one longer each time (the signature folds `len` in).
+void queueDecodeStep(Stream& s, int len, std::vector<std::string>* ran) {
+  static const char* ops[] = {"embed", "qkv", "cat", "sdpa", "proj", "head"};
+  for (const char* op : ops) {
+    signNextItem((std::hash<std::string>()(op) ^ (uint64_t(len) << 40)) | 1);
+    s.enqueue(op, [op, ran] { ran->push_back(op); });
+  }
+}
+
+// generate() with a growing cache: `tokens` decode windows, each followed by
+// a host wait; lengths from `start`.
+void generateCall(Stream& s, int start, int tokens,
+                  std::vector<std::string>* ran) {
+  for (int t = 0; t < tokens; ++t) {
+    queueDecodeStep(s, start + t, ran);
+    s.synchronize();
+  }
+}
+
+}  // namespace
+
+// Decoding with a growing KV cache: each call's windows repeat only in the
+// next call, after more windows than the LRU keeps. Without the policy they
+// are adapted and evicted over and over (the next test); with it, the family
+// is stopped after max_fruitless_adaptations unreplayed evictions, and
+// nothing more is adapted or evicted, while what is cached is replayed.
+TEST(SequenceAdapter, WindowsThatNeverComeBackInReachStopBeingAdapted) {
+  AdaptiveOn on;
+  adaptiveSettings().max_sequences = 4;
+  adaptiveSettings().max_fruitless_adaptations = 3;
+  Stream s(0, 0, 0, nullptr);
+  std::vector<std::string> ran;
+  for (int call = 0; call < 2; ++call) generateCall(s, 8, 10, &ran);
+  // The second call adapts its windows (each seen twice): the first 4 fill
+  // the LRU, the next 3 evict the first 3 unreplayed, which stops the
+  // family; its last 3 windows are not adapted.
+  EXPECT_EQ(adaptiveStats().adapted.load(), 7u);
+  EXPECT_EQ(adaptiveStats().evictions.load(), 3u);
+  EXPECT_EQ(adaptiveStats().never_replayed.load(), 3u);
+  EXPECT_EQ(adaptiveStats().families_stopped.load(), 1u);
+  EXPECT_EQ(adaptiveStats().skipped.load(), 3u);
+  for (int call = 0; call < 4; ++call) generateCall(s, 8, 10, &ran);
+  // Later calls adapt nothing and evict nothing; the 4 cached windows (steps
+  // 3 to 6) are replayed every call. Skipped: steps 7-9 every call, steps
+  // 0-2 from the second of these calls (seen twice again).
+  EXPECT_EQ(adaptiveStats().adapted.load(), 7u);
+  EXPECT_EQ(adaptiveStats().evictions.load(), 3u);
+  EXPECT_EQ(adaptiveStats().replays.load(), 4u * 4u);
+  EXPECT_EQ(adaptiveStats().skipped.load(), 3u + 4u * 3u + 3u * 3u);
+  EXPECT_EQ(ran.size(), 6u * 10u * 6u);
+  for (size_t i = 0; i < ran.size(); i += 6) EXPECT_EQ(ran[i], "embed");
+}
+
+// Without the policy (a family is never stopped), the same calls thrash: a
+// window adapted in one call is evicted before the next, or evicts the ones
+// that would have been replayed; fewer replays for three times the work.
+TEST(SequenceAdapter, WithoutThePolicyGrowingWindowsThrash) {
+  AdaptiveOn on;
+  adaptiveSettings().max_sequences = 4;
+  adaptiveSettings().max_fruitless_adaptations = 1 << 30;
+  Stream s(0, 0, 0, nullptr);
+  std::vector<std::string> ran;
+  for (int call = 0; call < 6; ++call) generateCall(s, 8, 10, &ran);
+  EXPECT_EQ(adaptiveStats().adapted.load(), 22u);
+  EXPECT_EQ(adaptiveStats().evictions.load(), 18u);
+  EXPECT_EQ(adaptiveStats().never_replayed.load(), 10u);
+  EXPECT_EQ(adaptiveStats().families_stopped.load(), 0u);
+  EXPECT_EQ(adaptiveStats().replays.load(), 10u);
+}
+
+// The same stream, after its decode family was stopped, still adapts and
+// replays a training step (another family), and a stopped family's window
+// that comes back within reach (a static cache: the same length every step).
+TEST(SequenceAdapter, RepeatingWindowsAreStillAdaptedOnAStoppedStream) {
+  AdaptiveOn on;
+  adaptiveSettings().max_sequences = 4;
+  adaptiveSettings().max_fruitless_adaptations = 3;
+  Stream s(0, 0, 0, nullptr);
+  std::vector<std::string> ran;
+  for (int call = 0; call < 2; ++call) generateCall(s, 8, 10, &ran);
+  ASSERT_EQ(adaptiveStats().families_stopped.load(), 1u);
+  const uint64_t adapted = adaptiveStats().adapted.load();
+  const uint64_t replays = adaptiveStats().replays.load();
+  const std::vector<const char*> step = {"fwd", "bwd", "adamw"};
+  for (int i = 0; i < 4; ++i) {
+    queueWindow(s, step, &ran);
+    s.synchronize();
+  }
+  EXPECT_EQ(adaptiveStats().adapted.load(), adapted + 1);
+  EXPECT_EQ(adaptiveStats().replays.load(), replays + 2);
+  // The stopped family, at a length that repeats every window.
+  for (int t = 0; t < 4; ++t) {
+    queueDecodeStep(s, 100, &ran);
+    s.synchronize();
+  }
+  EXPECT_EQ(adaptiveStats().adapted.load(), adapted + 2);
+  EXPECT_EQ(adaptiveStats().replays.load(), replays + 4);
+}
+
+// Periods of a stopped family: the layers of a 2-layer model repeat exactly
+// twice per window (seen `threshold` times, never again); once their family
+// is stopped they are not adapted, but a period that goes on is.
+TEST(SequenceAdapter, StoppedPeriodsAreAdaptedOnlyIfTheyGoOn) {
+  AdaptiveOn on;
+  adaptiveSettings().max_sequences = 2;
+  adaptiveSettings().max_fruitless_adaptations = 2;
+  Stream s(0, 0, 0, nullptr);
+  std::vector<std::string> ran;
+  static const char* ops[] = {"l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7"};
+  auto layers = [&](int len, int n) {
+    for (int l = 0; l < n; ++l)
+      for (const char* op : ops) {
+        signNextItem((std::hash<std::string>()(op) ^ (uint64_t(len) << 40)) |
+                     1);
+        s.enqueue(op, [op, &ran] { ran.push_back(op); });
+      }
+    s.synchronize();
+  };
+  for (int len = 1; len <= 4; ++len) layers(len, 2);  // windows never repeat
+  // One period adapted per window; 2 of them evicted unreplayed: stopped.
+  EXPECT_EQ(adaptiveStats().adapted.load(), 4u);
+  EXPECT_EQ(adaptiveStats().never_replayed.load(), 2u);
+  EXPECT_EQ(adaptiveStats().families_stopped.load(), 1u);
+  layers(5, 2);
+  EXPECT_EQ(adaptiveStats().adapted.load(), 4u);
+  EXPECT_EQ(adaptiveStats().skipped.load(), 1u);
+  // Many layers: adapted after the third, replayed from the fourth.
+  layers(6, 6);
+  EXPECT_EQ(adaptiveStats().adapted.load(), 5u);
+  EXPECT_EQ(adaptiveStats().replays.load(), 3u);
+  EXPECT_EQ(ran.size(), 8u * (2 * 5 + 6));
+}
+
+// Turning the mode on afresh (the generation bump) forgets stopped families.
+TEST(SequenceAdapter, StartingAfreshForgetsStoppedFamilies) {
+  AdaptiveOn on;
+  adaptiveSettings().max_sequences = 4;
+  adaptiveSettings().max_fruitless_adaptations = 3;
+  Stream s(0, 0, 0, nullptr);
+  std::vector<std::string> ran;
+  for (int call = 0; call < 2; ++call) generateCall(s, 8, 10, &ran);
+  ASSERT_EQ(adaptiveStats().families_stopped.load(), 1u);
+  adaptiveSettings().generation++;
+  resetAdaptiveStats();
+  for (int call = 0; call < 2; ++call) generateCall(s, 8, 10, &ran);
+  EXPECT_EQ(adaptiveStats().adapted.load(), 7u);  // as the first time
+  EXPECT_EQ(adaptiveStats().families_stopped.load(), 1u);
+}

@@ -24,6 +24,8 @@ struct AdaptiveOn {
     settings.enabled = true;
     settings.threshold = 2;
     settings.max_fruitless_windows = 64;
+    settings.max_fruitless_adaptations = 8;
+    settings.max_sequences = 16;
     settings.chunk_items = 64;
     neuron_rt::resetAdaptiveStats();
   }

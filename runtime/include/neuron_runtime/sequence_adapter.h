@@ -18,6 +18,24 @@
 // has one endless window; there a sequence is found as a period: the last P
 // items (P >= 8) equal the P before them.
 //
+// Sequences that never come back. A sequence is worth adapting only if it
+// comes back while the stream still keeps it. Decoding with a growing KV cache
+// (Hugging Face generate()) is the case in point: every token's window is the
+// same ops on shapes one longer than the last, so within a call no window
+// repeats, and across calls each returns only after the 30-odd others, long
+// after the LRU dropped it: each was adapted, evicted unreplayed, and adapted
+// again two calls later. So each adapted sequence remembers its family (its
+// ops in order, shapes aside) and whether it was replayed; a family whose
+// sequences are evicted unreplayed `max_fruitless_adaptations` times in a row
+// (none of its sequences replayed in between) is stopped on that stream: its
+// windows are adapted only if they come back within `max_sequences` windows
+// (the LRU would still hold them), and its periods only once they repeated
+// one more time than the threshold asks. Other families (a training step in
+// the same process) are adapted as before; what is cached keeps being
+// replayed (nothing evicts it any more). All of it is decided where a window
+// ends or a sequence is evicted, never per item; turning the mode on afresh
+// (the generation bump) forgets it.
+//
 // This is the first stage of the mode: the held items run as they are. The
 // second (a fused program built from the sequence) plugs in where a
 // complete sequence runs.
@@ -51,6 +69,10 @@ struct AdaptiveSettings {
   // Adapted sequences that deviate this many times in a row, with no
   // complete replay between: the stream gives up (saying so once).
   std::atomic<int> max_deviations{16};
+  // Sequences of one family (the same ops, shapes aside) evicted without
+  // ever having been replayed, in a row, before the stream stops adapting
+  // the family's windows unless they come back within reach (see above).
+  std::atomic<int> max_fruitless_adaptations{8};
   // A long sequence runs in parts of this many items (0: whole), so the
   // device starts on a step while the host is still issuing it.
   std::atomic<int> chunk_items{64};
@@ -69,6 +91,13 @@ struct AdaptiveStats {
   std::atomic<uint64_t> evictions{0};   // sequences dropped by the LRU
   std::atomic<uint64_t> streams_given_up{0};
   std::atomic<uint64_t> cached{0};  // sequences cached now, all streams
+  // Evicted without a single replay (counted in `evictions` too).
+  std::atomic<uint64_t> never_replayed{0};
+  // Families a stream stopped adapting (their sequences never came back).
+  std::atomic<uint64_t> families_stopped{0};
+  // Windows and periods seen `threshold` times but not adapted: their family
+  // was stopped and they did not come back within reach.
+  std::atomic<uint64_t> skipped{0};
 };
 AdaptiveStats& adaptiveStats();
 void resetAdaptiveStats();
@@ -99,8 +128,9 @@ class SequenceAdapter {
     kDeviate,   // run what is held, then queue this item as usual
   };
 
-  // An item with `identity` (label and signature; 0 when unsigned).
-  Action onItem(uint64_t identity);
+  // An item with `identity` (label and signature; 0 when unsigned) whose op
+  // (label and kind, without the signature) is `op`.
+  Action onItem(uint64_t identity, uint64_t op);
   // The window ends (a boundary). Returns true if items were being held
   // (the caller runs them).
   bool onBoundary();
@@ -114,29 +144,52 @@ class SequenceAdapter {
     uint64_t hash;
     std::vector<uint64_t> items;
     uint64_t id;
+    uint64_t family;  // the hash of its ops (shapes aside)
+    bool replayed = false;
+  };
+  // A window seen before: how often, and the window index it was last seen.
+  struct Seen {
+    int count = 0;
+    uint64_t last = 0;
+  };
+  // A family with sequences evicted unreplayed.
+  struct Family {
+    int fruitless = 0;  // in a row, since one of its sequences was replayed
+    bool stopped = false;
   };
   void endWindow();
   void clearWindow();  // a new, empty window (the search starts again)
-  void adapt(uint64_t hash, std::vector<uint64_t> items);
-  void appendToWindow(uint64_t identity);
-  void record(uint64_t identity);  // appends and searches for a period
+  void adapt(uint64_t hash, std::vector<uint64_t> items, uint64_t family);
+  void appendToWindow(uint64_t identity, uint64_t op);
+  void record(uint64_t identity, uint64_t op);  // appends, searches a period
+  void replayed(Sequence& s);
+  void evicted(const Sequence& s);
+  bool stopped(uint64_t family) const;
   void giveUp(const char* why);
   Sequence* findStartingWith(uint64_t identity);
 
-  // The window being recorded.
+  // The window being recorded: its items' identities and ops.
   std::vector<uint64_t> window_;
+  std::vector<uint64_t> ops_;
   uint64_t window_hash_ = kFnv1aBasis;
+  uint64_t window_family_ = kFnv1aBasis;  // the hash of ops_
   bool window_broken_ = false;  // grew too long: not adapted as a whole
   // Period search over window_: where each identity was last seen, the
   // candidate period and how many items in a row repeat it.
   std::unordered_map<uint64_t, size_t> last_seen_;
   size_t period_ = 0;
   size_t run_ = 0;
+  // A period of a stopped family must repeat this many more items before
+  // it is adapted (0: none asked yet).
+  size_t period_extra_ = 0;
   int deviations_in_a_row_ = 0;
   uint64_t generation_ = 0;
   void forgetIfStale();
-  // How often each window hash was seen (bounded).
-  std::unordered_map<uint64_t, int> seen_;
+  // How often each window hash was seen, and when last (bounded).
+  std::unordered_map<uint64_t, Seen> seen_;
+  uint64_t window_index_ = 0;  // windows recorded (the clock of Seen::last)
+  // Families with sequences evicted unreplayed (bounded).
+  std::unordered_map<uint64_t, Family> families_;
   // Adapted sequences, most recently used first.
   std::list<Sequence> lru_;
   Sequence* matching_ = nullptr;
