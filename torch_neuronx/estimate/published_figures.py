@@ -333,10 +333,14 @@ FIGURES: list[Figure] = [
             "microbatch": 1,
             "grad_accum": 32,
             "tp": 32,
+            "kv_heads": 32,
             "dp": 32,
-            "zero1": True,
         },
-        note="1024 sequences / 47.95 seq/s = 21.4 s per step.",
+        note=(
+            "1024 sequences / 47.95 seq/s = 21.4 s per step = 32 microbatches of one sequence "
+            "per DP rank. Planned: the 8 KV heads replicated to TP=32 as NxD does; the 32 DP "
+            "ranks laid out as FSDP (the plan's data parallelism), where NxD used ZeRO-1."
+        ),
     ),
     Figure(
         name="trn1-bert-large-ph1",
@@ -361,8 +365,14 @@ FIGURES: list[Figure] = [
             "seq": 128,
             "microbatch": 16,
             "dp": 32,
+            "grad_accum": 32,
+            "per": "microbatch",
         },
-        note="512 sequences / 3836.5 seq/s = 133 ms per microbatch step.",
+        note=(
+            "512 sequences / 3836.5 seq/s = 133 ms per microbatch step; global batch 16384 = "
+            "32 accumulated microbatches, the optimizer step shared by them. Planned data "
+            "parallelism is FSDP over the 32 ranks (the published run is plain DP)."
+        ),
     ),
     Figure(
         name="trn1-llama2-7b-tpot",
@@ -384,11 +394,11 @@ FIGURES: list[Figure] = [
             "kind": "model",
             "model": "llama2-7b",
             "mode": "decode",
-            "context": 4096,
+            "prompt": 4096,
             "batch": 1,
             "tp": 32,
         },
-        note="Decode step at the mean context of the run (128 + 8064 / 2 tokens).",
+        note="Decode step after a 4,096-token context, the middle of the run (128 + 8064 / 2).",
     ),
     Figure(
         name="trn1-llama2-70b-tpot",
@@ -409,11 +419,41 @@ FIGURES: list[Figure] = [
             "kind": "model",
             "model": "llama2-70b",
             "mode": "decode",
-            "context": 192,
+            "prompt": 128,
             "batch": 1,
             "tp": 32,
+            "kv_heads": 32,
         },
-        note="Decode step at the mean context of the run (128 + 128 / 2 tokens).",
+        note=(
+            "Decode step after the 128-token prompt (the run's contexts are 128-256). "
+            "8 KV heads replicated to TP=32 as transformers-neuronx does."
+        ),
+    ),
+    Figure(
+        name="trn1-llama2-70b-ttft",
+        workload=(
+            "Llama-2-70b text generation, Transformers NeuronX, one trn1.32xlarge, TP=32, "
+            "batch 1, bf16, 128-token prompt: time to first token"
+        ),
+        target="trn1",
+        lnc=1,
+        published=53.91026,
+        unit="ms",
+        source=_TRN1_LATENCY,
+        quote=(
+            "Llama-2-70b,...,Transformers NeuronX,trn1.32xlarge,Text Generation,39.28574,"
+            "53.91026 [TTFT P50 ms],54.9469,25.18129,...,32,1,256,128,128,FP16,Matmult-BF16,bf16"
+        ),
+        spec={
+            "kind": "model",
+            "model": "llama2-70b",
+            "mode": "prefill",
+            "prompt": 128,
+            "batch": 1,
+            "tp": 32,
+            "kv_heads": 32,
+        },
+        note="The prefill of the 128-token prompt (the same planned run as the TPOT row).",
     ),
     Figure(
         name="trn2-llama3.3-70b-tpot",
@@ -432,11 +472,15 @@ FIGURES: list[Figure] = [
             "kind": "model",
             "model": "llama3.3-70b",
             "mode": "decode",
-            "context": 10750,
+            "prompt": 10000,
             "batch": 1,
             "tp": 64,
+            "kv_heads": 64,
         },
-        note="Decode step at the mean context of the run (10,000 + 1,500 / 2 tokens).",
+        note=(
+            "Decode step after the 10,000-token prompt (the run's contexts are 10,000-11,500). "
+            "8 KV heads replicated to TP=64 as NxD Inference does."
+        ),
     ),
     Figure(
         name="trn2-llama3.3-70b-ttft",
@@ -454,9 +498,10 @@ FIGURES: list[Figure] = [
             "kind": "model",
             "model": "llama3.3-70b",
             "mode": "prefill",
-            "context": 10000,
+            "prompt": 10000,
             "batch": 1,
             "tp": 64,
+            "kv_heads": 64,
         },
         note="TTFT includes the serving path (vLLM, request handling), not only the prefill.",
     ),
