@@ -1,0 +1,176 @@
+"""Which operator calls become device items, and what the profiler calls them.
+
+An eager op on neuron queues one work item unless it only changes metadata, and
+the item carries the name and the tensors of the kernel that ran. A planning run
+sees operators at the Python dispatch key, so it applies the dispatcher's own
+choice for each operator (``torch._C._dispatch_dump_table``):
+
+- a kernel of the backend for PrivateUse1 (structured kernels, the hand-written
+  ones, the generic fallback): one item named after the operator
+  (``aten::add_.Tensor``), over the tensors in schema order, then the results
+  the kernel allocates (``AliasPlan``'s order: ``op_cost.h``);
+- ATen's default (CompositeExplicitAutograd) kernel: no item of its own; the
+  kernel runs and the operators it calls are seen one by one (``mul_.Scalar``
+  becomes ``mul.out``, ``zeros`` becomes ``empty`` and ``zero_``);
+- views, factories of uninitialised memory, metadata ops: no item;
+- ``copy_``: ``aten::copy_`` on one device, ``copy_host_to_device`` and the
+  like across (ops/copy.cpp);
+- collectives (c10d and the functional collectives): one ``collective`` item.
+
+The rules are decided once per operator overload and cached.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+# No item: factories of uninitialised memory and metadata-only kernels the
+# backend registers (registration/register_ops.cpp "Factories and metadata").
+NO_ITEM = {
+    "aten::empty.memory_format",
+    "aten::empty_strided",
+    "aten::resize_",
+    "aten::set_",
+    "aten::set_.source_Storage",
+    "aten::set_.source_Storage_storage_offset",
+    "aten::set_.source_Tensor",
+    "aten::is_set_to",
+    "aten::record_stream",
+    "aten::_has_compatible_shallow_copy_type",
+    "aten::_fused_sdp_choice",
+    "aten::lift_fresh",
+}
+
+# Collective ops -> the kind the cost model takes.
+COLLECTIVES = {
+    "c10d::allreduce_": "allreduce",
+    "c10d::allreduce_coalesced_": "allreduce",
+    "c10d::allgather_": "allgather",
+    "c10d::_allgather_base_": "allgather",
+    "c10d::allgather_into_tensor_coalesced_": "allgather",
+    "c10d::allgather_coalesced_": "allgather",
+    "c10d::reduce_scatter_": "reducescatter",
+    "c10d::_reduce_scatter_base_": "reducescatter",
+    "c10d::reduce_scatter_tensor_coalesced_": "reducescatter",
+    "c10d::alltoall_": "alltoall",
+    "c10d::alltoall_base_": "alltoall",
+    "c10d::broadcast_": "broadcast",
+    "c10d::reduce_": "reduce",
+    "c10d::send": "p2p",
+    "c10d::recv_": "p2p",
+    "c10d::recv_any_source_": "p2p",
+    "c10d::barrier": "barrier",
+    "_c10d_functional::all_reduce": "allreduce",
+    "_c10d_functional::all_reduce_": "allreduce",
+    "_c10d_functional::all_reduce_coalesced": "allreduce",
+    "_c10d_functional::all_gather_into_tensor": "allgather",
+    "_c10d_functional::all_gather_into_tensor_out": "allgather",
+    "_c10d_functional::all_gather_into_tensor_coalesced": "allgather",
+    "_c10d_functional::reduce_scatter_tensor": "reducescatter",
+    "_c10d_functional::reduce_scatter_tensor_coalesced": "reducescatter",
+    "_c10d_functional::all_to_all_single": "alltoall",
+    "_c10d_functional::broadcast": "broadcast",
+    "_c10d_functional::broadcast_": "broadcast",
+}
+
+# Kinds of operator.
+VIEW = "view"  # no item, the fake mode answers
+ITEM = "item"  # one compute item
+COPY = "copy"  # copy_: a copy item
+COMPOSITE = "composite"  # ATen's default kernel runs; its ops are seen
+COLLECTIVE = "collective"
+READ = "read"  # _local_scalar_dense: a host read of one element
+
+_SOURCE = re.compile(r"^PrivateUse1: .*\[(?P<kind>[^\]]+)\]$", re.M)
+
+
+def _schema_name(op: torch._ops.OpOverload) -> str:
+    s = op._schema
+    return f"{s.name}.{s.overload_name}" if s.overload_name else s.name
+
+
+def _is_view(op: torch._ops.OpOverload) -> bool:
+    """Every result aliases an input without writing it (a view), or the op
+    returns nothing a kernel computes (shape queries)."""
+    rets = op._schema.returns
+    if not rets:
+        return False
+    for r in rets:
+        a = r.alias_info
+        if a is None or a.is_write:
+            return False
+    return True
+
+
+def composite_key(op: torch._ops.OpOverload):
+    """The composite dispatch key whose kernel serves PrivateUse1 for ``op``, or
+    None when the backend has a kernel (or the fallback) of its own."""
+    table = torch._C._dispatch_dump_table(op.name())
+    m = _SOURCE.search(table)
+    if m is None or m.group("kind") != "default backend kernel":
+        return None
+    line = m.group(0)
+    if "NonFunctional" in line:
+        return torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional
+    return torch._C.DispatchKey.CompositeExplicitAutograd
+
+
+class OpRule:
+    """What one operator overload does on neuron: ``kind`` and the item name."""
+
+    __slots__ = ("kind", "name", "key", "collective", "tensor_args", "fresh", "n_returns")
+
+    def __init__(self, kind, name, op=None, key=None, collective=None):
+        self.kind = kind
+        self.name = name
+        self.key = key  # the composite kernel's key (COMPOSITE)
+        self.collective = collective  # the collective's kind (COLLECTIVE)
+        # The kernel's tensors: the arguments that hold tensors (by position and
+        # name), then the results it allocates (not aliases of an argument).
+        self.tensor_args: tuple = ()
+        self.fresh: tuple = ()
+        self.n_returns = 0
+        if op is not None:
+            s = op._schema
+            self.n_returns = len(s.returns)
+            self.tensor_args = tuple(
+                (i, a.name, a.kwarg_only)
+                for i, a in enumerate(s.arguments)
+                if "Tensor" in str(a.type)
+            )
+            self.fresh = tuple(i for i, r in enumerate(s.returns) if r.alias_info is None)
+
+
+_RULES: dict = {}
+
+
+def rule_for(op) -> OpRule:
+    r = _RULES.get(op)
+    if r is None:
+        r = _RULES[op] = _decide(op)
+    return r
+
+
+def _decide(op) -> OpRule:
+    if not isinstance(op, torch._ops.OpOverload):
+        return OpRule(VIEW, str(op))
+    name = _schema_name(op)
+    base = op._schema.name
+    if base in COLLECTIVES:
+        return OpRule(COLLECTIVE, name, collective=COLLECTIVES[base])
+    if base.startswith(("c10d::", "_c10d_functional::", "_dtensor::", "profiler::", "prim::")):
+        return OpRule(VIEW, name)  # wait_tensor, Work, marks: no item
+    if name in NO_ITEM or base in ("aten::set_",):
+        return OpRule(VIEW, name)
+    if base == "aten::copy_":
+        return OpRule(COPY, name)
+    if base == "aten::_local_scalar_dense":
+        return OpRule(READ, name)
+    if torch.Tag.nondeterministic_seeded not in op.tags and _is_view(op):
+        return OpRule(VIEW, name)
+    key = composite_key(op)
+    if key is not None:
+        return OpRule(COMPOSITE, name, key=key)
+    return OpRule(ITEM, name, op=op)

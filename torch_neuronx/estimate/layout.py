@@ -1,0 +1,187 @@
+"""A parallel layout (TP x FSDP x DP over N NeuronCores) applied for real in one
+process: torch.distributed's fake process group (world size N, this process is
+rank 0) carries the device mesh, and FSDP2's ``fully_shard`` and DTensor's tensor
+parallel plans issue their collectives as they would on rank 0 of the real job;
+the fake group answers them without moving anything, and the planning run's
+dispatch mode sees and costs each one.
+
+Mesh order: DP outermost, TP innermost, so a TP group is consecutive ranks —
+the cores of one chip when TP divides the cores per chip, as the vendor's
+best-practices guide lays out TP4 on trn2 (LNC=2: 4 logical cores per chip).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    fsdp: int = 1
+    dp: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.fsdp * self.dp
+
+    def check(self, cfg=None, cores: int | None = None) -> None:
+        """ValueError when the layout does not fit the job or the model."""
+        for name in ("tp", "fsdp", "dp"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, not {v!r}")
+        if cores is not None and cores != self.world:
+            raise ValueError(
+                f"tp x fsdp x dp = {self.tp} x {self.fsdp} x {self.dp} = {self.world} "
+                f"does not equal the {cores} NeuronCores asked for"
+            )
+        if cfg is None or self.tp == 1:
+            return
+        heads = getattr(cfg, "num_attention_heads", None)
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        inter = getattr(cfg, "intermediate_size", None)
+        for what, n in (
+            ("attention heads", heads),
+            ("key/value heads", kv),
+            ("MLP width (intermediate_size)", inter),
+        ):
+            if n is not None and n % self.tp:
+                raise ValueError(f"tp={self.tp} does not divide the model's {n} {what}")
+
+    def group_of(self, ranks: tuple) -> str:
+        """Which dimension a group of global ranks spans (rank 0's groups)."""
+        n = len(ranks)
+        step = ranks[1] - ranks[0] if n > 1 else 0
+        if n == self.tp and step == 1:
+            return "tp"
+        if n == self.fsdp and step == self.tp:
+            return "fsdp"
+        if n == self.dp and step == self.tp * self.fsdp:
+            return "dp"
+        if n == self.dp * self.fsdp and step == self.tp:
+            return "dp+fsdp"
+        if n == self.world and n > 1:
+            return "world"
+        return f"{n} ranks"
+
+
+@contextlib.contextmanager
+def fake_process_group(world: int):
+    """torch.distributed initialized with the fake backend for neuron and the CPU
+    (world size ``world``, rank 0), destroyed on exit. Refuses to run inside an
+    initialized job: the plan would replace its default group."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError(
+            "torch.distributed is already initialized: a planning run needs its own "
+            "(fake) process group; run it in a process without one"
+        )
+    dist.init_process_group("neuron:fake,cpu:fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def device_mesh(layout: Layout):
+    """The (dp, fsdp, tp) mesh over the fake group and its sub-meshes, made outside
+    the fake mode (a mesh computes with real CPU tensors)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(
+        "neuron", (layout.dp, layout.fsdp, layout.tp), mesh_dim_names=("dp", "fsdp", "tp")
+    )
+    shard = mesh["dp", "fsdp"] if layout.dp > 1 else mesh["fsdp"]
+    return mesh, mesh["tp"], shard
+
+
+def _plan_style(style: str):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    if style.startswith("colwise"):
+        return ColwiseParallel()
+    if style.startswith("rowwise"):
+        return RowwiseParallel()
+    return None  # replicated (norms): left to FSDP
+
+
+def tp_plan_for(model) -> dict:
+    """Per decoder layer: submodule path -> parallel style, from the model's own
+    Hugging Face plan (``config.base_model_tp_plan``) where it has one, else the
+    Llama/Qwen block plan (attention and MLP projections column-wise in,
+    row-wise out)."""
+    cfg = getattr(model, "config", None)
+    hf = getattr(cfg, "base_model_tp_plan", None) or {}
+    plan = {}
+    for pattern, style in hf.items():
+        if not pattern.startswith("layers.*."):
+            continue
+        p = _plan_style(style)
+        if p is not None:
+            plan[pattern[len("layers.*.") :]] = p
+    if plan:
+        return plan
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {
+        "self_attn.q_proj": ColwiseParallel(),
+        "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(),
+        "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(),
+    }
+
+
+def apply(model, layers: list, layout: Layout, tp_mesh, shard_mesh, checkpoint: bool = False):
+    """TP on each decoder layer, activation checkpointing (optional), FSDP2 on each
+    layer and the root — TorchTitan's order. Returns the model (the root may be
+    wrapped)."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    if layout.tp > 1:
+        if not layers:
+            raise ValueError("tp > 1 needs a model with decoder layers (model.model.layers)")
+        plan = tp_plan_for(model)
+        for layer in layers:
+            parallelize_module(layer, tp_mesh, plan)
+    if checkpoint:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            checkpoint_wrapper,
+        )
+
+        base = model.model
+        for i, layer in enumerate(layers):
+            base.layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
+        layers = list(base.layers)
+    if layout.fsdp * layout.dp > 1:
+        for i, layer in enumerate(layers):
+            # The last layer's parameters are used again at once by backward.
+            fully_shard(layer, mesh=shard_mesh, reshard_after_forward=i < len(layers) - 1)
+        fully_shard(model, mesh=shard_mesh)
+    return model
+
+
+def real_foreach(params) -> bool:
+    """Whether torch.optim would take its foreach path for these parameters on a
+    real neuron run (``_default_to_fused_or_foreach``: plain tensors on a device
+    with foreach kernels; DTensors — FSDP2, TP — are not plain). Fake parameters
+    are a tensor subclass, so the choice is made here and passed explicitly."""
+    from torch.distributed.tensor import DTensor
+    from torch.optim.optimizer import _get_foreach_kernels_supported_devices
+
+    if "neuron" not in _get_foreach_kernels_supported_devices():
+        return False
+    return not any(isinstance(p, DTensor) for p in params)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    return getattr(t, "_local_tensor", t)
