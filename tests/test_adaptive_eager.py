@@ -18,7 +18,7 @@ def _adaptive_off_after():
     torch.neuron.reset_adaptive_eager()
     yield
     torch_neuronx._C._adaptive_set_enabled(False)
-    torch_neuronx._C._adaptive_configure(2, 16, 64)
+    torch_neuronx._C._adaptive_configure(2, 16, 64, 8)
     torch.neuron.synchronize()
 
 
@@ -68,6 +68,10 @@ def test_api_and_stats():
         "evictions",
         "cached_sequences",
         "streams_given_up",
+        "sequences_never_replayed",
+        "families_stopped",
+        "windows_not_adapted",
+        "max_fruitless_adaptations",
         "hit_rate",
     ):
         assert key in stats
@@ -287,3 +291,81 @@ def test_hooks_retain_grad_out_and_autocast_as_plain_eager():
         assert l1 == l2 and d1 == d2
         assert torch.equal(g1, g2) and torch.equal(o1, o2)
     assert stats["replays"] >= 1
+
+
+def _generate_calls(model, ids, calls):
+    """Greedy generate() with a growing (dynamic) KV cache, `calls` times: each
+    decode step's window is the previous one's ops on shapes one longer."""
+    outs, per_call = [], []
+    for _ in range(calls):
+        before = torch.neuron.adaptive_eager_stats()
+        with torch.no_grad():
+            outs.append(model.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False))
+        after = torch.neuron.adaptive_eager_stats()
+        keys = ("sequences_adapted", "evictions", "replays", "windows_not_adapted")
+        per_call.append({k: after[k] - before[k] for k in keys})
+    return [o.cpu() for o in outs], per_call
+
+
+def test_sequences_that_never_come_back_stop_being_adapted():
+    # generate() with a KV cache adapted every decode window and evicted it before it
+    # came back (issue 33: 99 adapted, 83 evicted). Its family (the same ops, shapes
+    # aside) is stopped on the stream; a training step in the same process (same
+    # stream) is still adapted and replayed, bitwise plain eager; starting afresh
+    # forgets the family.
+    pytest.importorskip("transformers")
+    from hf_tiny import tiny_llama
+
+    model = tiny_llama().to("neuron")
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21]], device="neuron")
+    plain, _ = _generate_calls(model, ids, 1)
+
+    # A cache of 8: the call's few windows that do repeat (prefill, the stopping
+    # checks) are kept, its 12 decode steps cannot all be.
+    torch_neuronx._C._adaptive_configure(2, 8, 64, 3)
+    torch.neuron.set_adaptive_eager(True)
+    outs, per_call = _generate_calls(model, ids, 6)
+    for out in outs:
+        assert torch.equal(out, plain[0])
+    stats = torch.neuron.adaptive_eager_stats()
+    assert stats["families_stopped"] >= 1
+    assert stats["sequences_never_replayed"] >= 3
+    # The last calls adapt and evict nothing, skip the decode windows, and replay what
+    # the stream still keeps.
+    for call in per_call[-2:]:
+        assert call["sequences_adapted"] == 0 and call["evictions"] == 0, per_call
+        assert call["windows_not_adapted"] >= 4, per_call
+        assert call["replays"] >= 1, per_call
+
+    # The same stream, with the decode family stopped: a training step (another
+    # family) still adapts and replays, with plain eager's results.
+    def steps(n):
+        torch.manual_seed(1)
+        lin = torch.nn.Linear(16, 16).to("neuron")
+        opt = torch.optim.AdamW(lin.parameters(), lr=1e-2)
+        x = torch.randn(8, 16, device="neuron")
+        losses = []
+        for _ in range(n):
+            loss = lin(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses, lin.weight.detach().cpu()
+
+    torch.neuron.set_adaptive_eager(False)
+    plain_losses, plain_weight = steps(5)
+    torch.neuron.set_adaptive_eager(True)
+    before = torch.neuron.adaptive_eager_stats()
+    losses, weight = steps(5)
+    after = torch.neuron.adaptive_eager_stats()
+    assert losses == plain_losses and torch.equal(weight, plain_weight)
+    assert after["sequences_adapted"] > before["sequences_adapted"]
+    assert after["replays"] >= before["replays"] + 2
+    assert after["families_stopped"] == stats["families_stopped"]
+
+    # Starting afresh forgets the stopped family: the second call adapts again.
+    torch.neuron.reset_adaptive_eager()
+    outs, per_call = _generate_calls(model, ids, 2)
+    assert torch.equal(outs[-1], plain[0])
+    assert per_call[1]["sequences_adapted"] >= 4 and per_call[1]["windows_not_adapted"] == 0

@@ -76,7 +76,17 @@ def adaptive_eager_stats() -> dict[str, int]:
     sequences run as one item), ``deviations``, ``items_in_replays``,
     ``evictions`` and ``cached_sequences`` (the per-stream LRU caches),
     ``streams_given_up`` (streams whose work never repeated), ``hit_rate``
-    (replays / (replays + deviations))."""
+    (replays / (replays + deviations)).
+
+    Sequences that never come back (decoding with a growing KV cache: every token's
+    window is the last one's ops on longer shapes): ``sequences_never_replayed``
+    (evicted without a single replay; counted in ``evictions`` too),
+    ``families_stopped`` (op sequences, shapes aside, that a stream stopped adapting
+    after ``max_fruitless_adaptations`` of them in a row were evicted unreplayed),
+    ``windows_not_adapted`` (windows and periods seen ``threshold`` times but not
+    adapted: their family was stopped and they did not come back within
+    ``max_sequences`` windows). Also the settings: ``threshold``, ``max_sequences``,
+    ``max_fruitless_windows``, ``max_fruitless_adaptations``."""
     stats = dict(_C._adaptive_stats())
     tried = stats["replays"] + stats["deviations"]
     stats["hit_rate"] = stats["replays"] / tried if tried else 0.0

@@ -12,20 +12,29 @@ void bindAdaptive(py::module_& m) {
         [](bool on) { neuron_rt::adaptiveSettings().enabled.store(on); });
   m.def("_adaptive_enabled",
         [] { return neuron_rt::adaptiveSettings().enabled.load(); });
-  m.def("_adaptive_configure",
-        [](int threshold, int max_sequences, int max_fruitless_windows) {
-          auto& s = neuron_rt::adaptiveSettings();
-          if (threshold > 0) s.threshold = threshold;
-          if (max_sequences > 0) s.max_sequences = max_sequences;
-          if (max_fruitless_windows > 0)
-            s.max_fruitless_windows = max_fruitless_windows;
-        });
+  // 0 (or less) leaves a setting as it is.
+  m.def(
+      "_adaptive_configure",
+      [](int threshold, int max_sequences, int max_fruitless_windows,
+         int max_fruitless_adaptations) {
+        auto& s = neuron_rt::adaptiveSettings();
+        if (threshold > 0) s.threshold = threshold;
+        if (max_sequences > 0) s.max_sequences = max_sequences;
+        if (max_fruitless_windows > 0)
+          s.max_fruitless_windows = max_fruitless_windows;
+        if (max_fruitless_adaptations > 0)
+          s.max_fruitless_adaptations = max_fruitless_adaptations;
+      },
+      py::arg("threshold"), py::arg("max_sequences"),
+      py::arg("max_fruitless_windows"),
+      py::arg("max_fruitless_adaptations") = 0);
   m.def("_adaptive_settings", [] {
     auto& s = neuron_rt::adaptiveSettings();
     py::dict d;
     d["threshold"] = s.threshold.load();
     d["max_sequences"] = s.max_sequences.load();
     d["max_fruitless_windows"] = s.max_fruitless_windows.load();
+    d["max_fruitless_adaptations"] = s.max_fruitless_adaptations.load();
     return d;
   });
   m.def("_adaptive_stats", [] {
@@ -39,6 +48,9 @@ void bindAdaptive(py::module_& m) {
     d["evictions"] = s.evictions.load();
     d["streams_given_up"] = s.streams_given_up.load();
     d["cached_sequences"] = s.cached.load();
+    d["sequences_never_replayed"] = s.never_replayed.load();
+    d["families_stopped"] = s.families_stopped.load();
+    d["windows_not_adapted"] = s.skipped.load();
     return d;
   });
   m.def("_adaptive_reset_stats", &neuron_rt::resetAdaptiveStats);
