@@ -33,8 +33,10 @@ void CapturedWork::run(const char* label) const {
       if (traced) {
         ItemNote note = s.note;
         if (!note.set) note.category = ItemCategory::kStep;
-        if (runningItem().estimate_ns >= 0)
+        if (runningItem().estimate_ns >= 0) {
           note.estimate_ns = runningItem().estimate_ns;
+          note.has_parts = false;  // a cost model's total
+        }
         runningItem().estimate_ns = outer_estimate;
         traceChild(s.label, start, nowNs(), std::move(note));
       }

@@ -327,8 +327,10 @@ void Stream::workerLoop() {
       TraceRecord rec{device_, id_,  item->seq, item->label, start,
                       nowNs(), skip, 0,         -1,          {}};
       rec.note = std::move(item->note);
-      if (runningItem().estimate_ns >= 0)
+      if (runningItem().estimate_ns >= 0) {
         rec.note.estimate_ns = runningItem().estimate_ns;
+        rec.note.has_parts = false;  // a cost model's total
+      }
       runningItem() = RunningItem{};
       trace_->add(std::move(rec));
     }

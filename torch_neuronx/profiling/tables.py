@@ -58,10 +58,19 @@ ITEM_FIELDS = (
     "element_bytes",
     "adaptive_sequence",
     "estimate_ns",
+    "estimate_compute_ns",
+    "estimate_dma_ns",
+    "estimate_latency_ns",
+    "estimate_overlap_ns",
     "estimate_start_ns",
     "parent",
     "detail",
 )
+
+# An estimate's parts (estimate = compute + dma + latency - overlap): the
+# columns estimate_<part>_ns, NaN when the item has no estimate or its estimate
+# has no parts (an NKI kernel's cost model gives a total).
+_PARTS = ("compute", "dma", "latency", "overlap")
 
 # Host events that are the runtime's launch markers, not operators.
 _RUNTIME_EVENTS = frozenset({"neuron_queue_item"})
@@ -238,9 +247,20 @@ def _rebuild_items(prof, dev_events: list, start_ns: int | None) -> list[dict]:
         detail = ";".join(
             f"{k}={v}"
             for k, v in meta.items()
-            if k not in known and not k.startswith("estimated ") and k != "External id"
+            if k not in known
+            and not k.startswith("estimated ")
+            and not k.startswith("estimate ")
+            and k != "External id"
         )
         est_us = meta.get(estimate_key) if estimate_key else None
+        parts = {
+            f"estimate_{part}_ns": (
+                float(meta[f"estimate {part} us"]) * 1e3
+                if f"estimate {part} us" in meta and est_us is not None
+                else float("nan")
+            )
+            for part in _PARTS
+        }
         start = base + round(ev.time_range.start * 1e3)
         items.append(
             {
@@ -261,6 +281,7 @@ def _rebuild_items(prof, dev_events: list, start_ns: int | None) -> list[dict]:
                 "element_bytes": int(meta.get("element_bytes", 4)),
                 "adaptive_sequence": int(meta.get("adaptive_sequence", 0)),
                 "estimate_ns": round(float(est_us) * 1e3) if est_us is not None else -1,
+                **parts,
                 "estimate_start_ns": start,
                 "parent": -1,
                 "detail": detail,
@@ -318,7 +339,11 @@ def device_items(prof) -> pd.DataFrame:
     """prof's device items, one row each.
 
     Columns: every field of ``_C._profiler_items()`` (times in unix ns, the clock
-    torch.profiler's events use; ``estimate_ns`` -1 = no estimate; ``engine`` the
+    torch.profiler's events use; ``estimate_ns`` -1 = no estimate;
+    ``estimate_compute_ns``, ``estimate_dma_ns``, ``estimate_latency_ns``,
+    ``estimate_overlap_ns`` its parts, estimate = compute + dma + latency - overlap,
+    NaN without an estimate or when the estimate has no parts (an NKI kernel's cost
+    model gives its total only); ``engine`` the
     engine its flops are estimated on, ``"tensor_bf16"``, ``"tensor_fp32"``,
     ``"vector"``, ``""`` without flops; ``element_bytes`` the size of the dtype its
     flops are in; ``adaptive_sequence`` for an adaptive-eager item the id of the
@@ -350,6 +375,10 @@ def device_items(prof) -> pd.DataFrame:
             "element_bytes": "int64",
             "adaptive_sequence": "uint64",
             "estimate_ns": "int64",
+            "estimate_compute_ns": "float64",
+            "estimate_dma_ns": "float64",
+            "estimate_latency_ns": "float64",
+            "estimate_overlap_ns": "float64",
             "estimate_start_ns": "int64",
             "parent": "int64",
             "name": "string",

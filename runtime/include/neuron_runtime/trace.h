@@ -31,6 +31,26 @@ enum class ItemCategory : uint8_t {
 };
 const char* categoryName(ItemCategory c);
 
+// An estimate's parts (trainium_estimate.h): estimate = compute + dma +
+// latency - overlap, so the parts explain the total. All ns, >= 0; overlap
+// is the time compute and DMA run at once (at most the smaller of the two).
+struct EstimateParts {
+  double compute_ns = 0;  // the engines' time (tensor or vector/scalar)
+  double dma_ns = 0;      // the DMA queues' time (HBM, links)
+  double latency_ns = 0;  // fixed costs: launch, DMA setup, collective hops
+  double overlap_ns = 0;  // compute and DMA at once: subtracted
+  double totalNs() const {
+    return compute_ns + dma_ns + latency_ns - overlap_ns;
+  }
+  EstimateParts& operator+=(const EstimateParts& o) {
+    compute_ns += o.compute_ns;
+    dma_ns += o.dma_ns;
+    latency_ns += o.latency_ns;
+    overlap_ns += o.overlap_ns;
+    return *this;
+  }
+};
+
 // What the host knows about an item when it queues it.
 struct ItemNote {
   uint64_t correlation = 0;    // the profiler's id of the host op queueing it
@@ -39,12 +59,21 @@ struct ItemNote {
   double flops = 0;            // arithmetic work (estimate's compute side)
   double bytes = 0;            // device-memory traffic (estimate's memory side)
   int64_t estimate_ns = -1;    // estimated Trainium time; -1: not known
+  // estimate_ns's parts, when has_parts (an NKI kernel's cost model gives
+  // its total only).
+  EstimateParts parts;
+  bool has_parts = false;
   bool tensor_engine = false;  // its flops run on the systolic array
   int element_bytes = 4;       // the dtype the flops are in
   // An adaptive-eager item (the eager items it runs are its children): the
   // id of the repeated sequence it replays, or a part of; 0 for other items.
   uint64_t adaptive_sequence = 0;
   ItemCategory category = ItemCategory::kCompute;
+  // A compiled program (its steps are children): estimated as one pipeline,
+  // its steps' DMA overlapping their neighbours' compute
+  // (neuron_rt::programEstimate); other items with children are the sum of
+  // them.
+  bool pipelined = false;
   bool set = false;  // the host described the item (category, work)
   // Free-form "key=value;key=value" facts (a collective's group, size,
   // peers, sequence number). Shared: a replayed graph reuses its steps'.

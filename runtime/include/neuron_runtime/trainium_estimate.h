@@ -2,32 +2,58 @@
 // the profiler's "estimated Trainium time" for items other than NKI kernels
 // (those have the simulator's per-engine cost model, nki/cost_model.h).
 //
-// Roofline: an item takes the longer of its arithmetic (flops against the
-// engine's peak for its dtype) and its memory traffic (bytes against the
-// core's share of HBM bandwidth), plus a fixed latency (DMA setup and
-// completion, the cost model's figure). Collectives: a ring over the ranks
-// (bytes each rank sends against the link bandwidth, plus a latency per
-// hop). The constants are the hardware table's per-chip figures divided by
-// the chip's cores (hardware_table.h); docs/profiling.md lists them.
+// An item's estimate has four parts (EstimateParts, trace.h):
+//   estimate = compute + dma + latency - overlap
+// compute: the engines' time (a matmul on the tensor engine, counted in whole
+// PE-array tiles; elementwise work on the vector engines); dma: its HBM
+// traffic through the DMA queues, each transfer at an efficiency that rises
+// with its size; latency: the fixed costs (an eager op's launch, a DMA's
+// setup and completion, a collective's steps); overlap: the part of compute
+// and DMA that run at once (tiles pipeline: all but the first tile's load
+// and the last tile's store hide under compute). Collectives: a ring over
+// the group's ranks on the slowest link it crosses (within a chip, NeuronLink
+// between chips, EFA between hosts), plus a latency per step of that tier.
+// Every constant is in the hardware table (hardware_table.h) with its
+// source; docs/profiling.md "Estimated Trainium time" explains the rules.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "neuron_runtime/hardware_table.h"
+#include "neuron_runtime/trace.h"
 
 namespace neuron_rt {
 
 struct TrainiumModel {
   Target target;
-  std::string name;                 // targetName(target): "trn2"
+  std::string name;    // targetName(target): "trn2"
+  int physical_cores;  // NeuronCores this model spans (LNC); 1 per core
   double tensor_bf16_flops_per_ns;  // per core, dense bf16/fp16
   double tensor_fp32_flops_per_ns;  // per core
+  double tensor_fp8_flops_per_ns;   // per core, dense fp8
   double vector_elems_per_ns;       // Vector/Scalar engines, elementwise
-  double hbm_bytes_per_ns;          // per core
+  double hbm_bytes_per_ns;          // per core: the DMA queues' peak
   double link_bytes_per_ns;         // collective bandwidth per core
   double fixed_ns;                  // per item: DMA setup and completion
   double hop_latency_ns;            // per ring step of a collective
+  double launch_ns;                 // per eager item: the op's launch
+  // The PE array: `pe_rows` partitions (the contraction dim), `pe_cols`
+  // stationary columns, a moving tile of up to `moving_free` columns.
+  int pe_rows;
+  int pe_cols;
+  int moving_free;
+  // DMA efficiency by transfer size: a transfer of b bytes takes
+  // b / peak + dma_fixed_bytes / peak, i.e. it reaches half the peak at
+  // dma_fixed_bytes (the size-independent cost, in bytes of peak transfer).
+  double dma_fixed_bytes;
+  // Topology: NeuronLink between the chips of a host, EFA between hosts.
+  double chip_link_bytes_per_ns;  // per chip, NeuronLink
+  double host_link_bytes_per_ns;  // per host, EFA
+  int chips_per_host;
+  double chip_hop_latency_ns;  // a collective step between chips
+  double host_hop_latency_ns;  // a collective step between hosts
 };
 
 // The model of one NeuronCore of `target`.
@@ -43,23 +69,81 @@ void setTrainiumTarget(Target target);
 // without logical cores (trn1) has its model returned as it is.
 TrainiumModel logicalCoreModel(const TrainiumModel& m, int physical_cores);
 
-// An op's estimate: flops on the systolic array (tensor_engine) or the
-// vector engines, `bytes` of HBM traffic, in a dtype of `element_bytes`.
+// A matrix product [batch] (m x k) @ (k x n) on the tensor engine.
+struct MatmulShape {
+  double batch = 1;
+  double m = 0;
+  double k = 0;
+  double n = 0;
+};
+
+// What an item does, as the model sees it.
+struct ItemWork {
+  // Tensor-engine flops (2 per multiply-add), or, off the tensor engine,
+  // elements through the vector engines.
+  double flops = 0;
+  double bytes = 0;  // HBM traffic, the sum of `transfers`
+  bool tensor_engine = false;
+  int element_bytes = 4;  // the dtype the flops are in
+  // The matrix products making up `flops` (tile quantisation); when empty a
+  // tensor-engine item's flops are taken at the peak.
+  std::vector<MatmulShape> matmuls;
+  // The item's DMA transfers in bytes (an eager op: one per tensor); empty:
+  // `bytes` as one transfer.
+  std::vector<double> transfers;
+  bool launch = true;  // pays the eager op launch cost (an eager item)
+};
+
+// The estimate of one item on `m`.
+EstimateParts estimateItem(const ItemWork& w, const TrainiumModel& m);
+// A compiled program of `steps` (each estimated alone by estimateItem,
+// without a launch): one launch, its steps pipelined.
+EstimateParts programEstimate(const std::vector<EstimateParts>& steps,
+                              const TrainiumModel& m);
+// The engine estimateItem takes the item's flops to: "tensor_bf16",
+// "tensor_fp32", "vector", or "" when it has no flops.
+const char* engineName(double flops, bool tensor_engine, int element_bytes);
+
+// An op's estimate from its flops and bytes only (no tile shapes, one
+// transfer): estimateItem's total, rounded.
 int64_t rooflineNs(double flops, double bytes, bool tensor_engine,
                    int element_bytes, const TrainiumModel& m = trainiumModel());
 
 enum class CollectiveShape {
-  kAllReduce,      // reduce-scatter then all-gather
+  kAllReduce,      // bytes: the tensor (on every rank)
   kAllGather,      // bytes: the gathered result
-  kReduceScatter,  // bytes: the input
-  kAllToAll,
-  kBroadcast,
-  kReduce,
-  kPointToPoint,  // send / recv
-  kBarrier,
+  kReduceScatter,  // bytes: the input (the whole, before scattering)
+  kAllToAll,       // bytes: the input
+  kBroadcast,      // bytes: the tensor
+  kReduce,         // bytes: the tensor
+  kPointToPoint,   // send / recv: bytes this rank sends and receives
+  kBarrier,        // bytes: ignored
 };
-// `bytes`: the collective's tensor size on one rank; `ranks`: group size.
+// "allreduce", "allgather", "reducescatter", "alltoall", "broadcast",
+// "reduce", "p2p", "barrier". Throws Error(kInvalidArgument) naming them.
+CollectiveShape parseCollectiveShape(const std::string& kind);
+const char* collectiveShapeName(CollectiveShape shape);
+
+// Where a group's ranks sit: rank r on chip r / ranks_per_chip, chip c on
+// host c / chips_per_host. 0: the model's (a chip's logical cores at the
+// model's LNC; the target's instance's chips).
+struct CollectivePlacement {
+  int ranks_per_chip = 0;
+  int chips_per_host = 0;
+};
+
+// A collective of `shape` over the group of `global_ranks` (the ranks of
+// the default group, so the topology knows where each one sits).
+EstimateParts collectiveEstimate(CollectiveShape shape, double bytes,
+                                 const std::vector<int>& global_ranks,
+                                 const TrainiumModel& m,
+                                 CollectivePlacement placement = {});
+// `bytes`: the collective's tensor size on one rank; `ranks`: group size
+// (ranks 0..ranks-1); collectiveEstimate's total, rounded.
 int64_t collectiveNs(CollectiveShape shape, double bytes, int ranks,
                      const TrainiumModel& m = trainiumModel());
+
+// estimate_ns of a total (rounded to the nanosecond).
+int64_t roundedNs(const EstimateParts& p);
 
 }  // namespace neuron_rt

@@ -10,6 +10,7 @@
 
 #include "core/device.h"
 #include "core/stream.h"
+#include "profiler/device_timeline.h"
 
 namespace torch_neuronx {
 namespace {
@@ -56,6 +57,7 @@ void ProgramLaunch::begin() {
     neuron_rt::ItemNote& n = neuron_rt::pendingNote();
     n.category = neuron_rt::ItemCategory::kProgram;
     n.set = false;
+    n.pipelined = true;  // one program: its steps' DMA and compute overlap
     n.detail = detail_;
   }
   queue.beginBatch(label_);
@@ -87,6 +89,15 @@ void ProgramLaunch::kernel(void* address, const char* label,
     n.bytes = cost.bytes;
     n.flops = cost.elements;
     n.tensor_engine = false;
+    // Estimated as the eager path estimates an item, without a launch of
+    // its own: the program is launched once (its note, begin()).
+    neuron_rt::ItemWork w;
+    w.flops = cost.elements;
+    w.bytes = cost.bytes;
+    w.launch = false;
+    n.parts = neuron_rt::estimateItem(w, profiler::deviceModel());
+    n.has_parts = true;
+    n.estimate_ns = neuron_rt::roundedNs(n.parts);
   }
   launch(device_, label,
          [address, label, args = std::move(args),

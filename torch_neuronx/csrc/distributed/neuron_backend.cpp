@@ -21,6 +21,7 @@
 #include "distributed/comm_types.h"
 #include "distributed/neuron_work.h"
 #include "distributed/transport.h"
+#include "profiler/device_timeline.h"
 
 namespace torch_neuronx {
 
@@ -460,12 +461,19 @@ void NeuronBackend::noteCollective(const CollectiveFacts& f,
     for (const auto& op : *f.p2p) bytes += static_cast<double>(op.bytes);
   }
   n.bytes = bytes;
-  n.estimate_ns =
-      f.moves_nothing
-          ? 0
-          : neuron_rt::collectiveNs(
-                f.shape, f.estimate_bytes >= 0 ? f.estimate_bytes : bytes,
-                size_);
+  // The estimate: the group's ring on the topology its global ranks sit on
+  // (the function _C._estimate_collective calls), with the device's model.
+  if (f.moves_nothing) {
+    n.parts = {};
+  } else {
+    std::vector<int> group(size_);
+    for (int r = 0; r < size_; ++r) group[r] = globalRank(r);
+    n.parts = neuron_rt::collectiveEstimate(
+        f.shape, f.estimate_bytes >= 0 ? f.estimate_bytes : bytes, group,
+        profiler::deviceModel());
+  }
+  n.has_parts = true;
+  n.estimate_ns = neuron_rt::roundedNs(n.parts);
   std::ostringstream d;
   d << "op=" << f.op << ";group=" << group_name_
     << ";size=" << static_cast<int64_t>(bytes) << ";ranks=" << size_

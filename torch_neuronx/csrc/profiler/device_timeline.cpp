@@ -16,32 +16,41 @@ namespace {
 std::mutex g_last_mu;
 std::vector<DeviceItem> g_last;
 
-// The item's own estimate, from what the host said of it.
-int64_t ownEstimate(const neuron_rt::ItemNote& n,
-                    const neuron_rt::TrainiumModel& model) {
-  if (n.estimate_ns >= 0) return n.estimate_ns;
+// An item's own estimate, from what the host said of it.
+struct OwnEstimate {
+  int64_t ns = -1;  // -1: none
+  neuron_rt::EstimateParts parts;
+  bool has_parts = false;
+};
+
+OwnEstimate ownEstimate(const neuron_rt::ItemNote& n,
+                        const neuron_rt::TrainiumModel& model) {
+  if (n.estimate_ns >= 0) return {n.estimate_ns, n.parts, n.has_parts};
   using neuron_rt::ItemCategory;
   switch (n.category) {
     case ItemCategory::kMarker:
-      return 0;
+      return {0, {}, true};
     case ItemCategory::kProgram:
     case ItemCategory::kStep:
     case ItemCategory::kEngine:
-      if (!n.set) return -1;  // a program: the sum of its steps
+      if (!n.set) return {};  // a program: from its steps
       break;
     default:
       break;
   }
-  if (!n.set && n.category != ItemCategory::kCopy) return -1;
-  return neuron_rt::rooflineNs(n.flops, n.bytes, n.tensor_engine,
-                               n.element_bytes, model);
-}
-
-// The engine rooflineNs takes the item's flops to (its peak).
-const char* engineOf(const neuron_rt::ItemNote& n) {
-  if (n.flops <= 0) return "";
-  if (!n.tensor_engine) return "vector";
-  return n.element_bytes >= 4 ? "tensor_fp32" : "tensor_bf16";
+  if (!n.set && n.category != ItemCategory::kCopy) return {};
+  // Described but not estimated when queued: its flops and bytes.
+  neuron_rt::ItemWork w;
+  w.flops = n.flops;
+  w.bytes = n.bytes;
+  w.tensor_engine = n.tensor_engine;
+  w.element_bytes = n.element_bytes;
+  w.launch = n.category == ItemCategory::kCompute;
+  OwnEstimate e;
+  e.parts = neuron_rt::estimateItem(w, model);
+  e.has_parts = true;
+  e.ns = neuron_rt::roundedNs(e.parts);
+  return e;
 }
 
 }  // namespace
@@ -112,10 +121,20 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
     d.skipped = r.skipped;
     d.flops = r.note.flops;
     d.bytes = r.note.bytes;
-    d.engine = engineOf(r.note);
+    d.engine = neuron_rt::engineName(r.note.flops, r.note.tensor_engine,
+                                     r.note.element_bytes);
     d.element_bytes = r.note.element_bytes;
     d.adaptive_sequence = r.note.adaptive_sequence;
-    d.estimate_ns = r.skipped ? 0 : ownEstimate(r.note, model);
+    if (r.skipped) {
+      d.estimate_ns = 0;
+      d.parts = {};
+      d.has_parts = true;
+    } else {
+      const OwnEstimate e = ownEstimate(r.note, model);
+      d.estimate_ns = e.ns;
+      d.parts = e.parts;
+      d.has_parts = e.has_parts && e.ns >= 0;
+    }
     d.estimate_start_ns = 0;
     d.parent = parent;
     d.detail = r.note.detail ? *r.note.detail : "";
@@ -130,6 +149,9 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
     auto it = children.find({r->device, r->stream, r->seq});  // its own only
     double child_sum = 0;
     bool child_estimates = false;
+    bool child_parts = true;  // every summed child has its parts
+    neuron_rt::EstimateParts parts_sum;
+    std::vector<neuron_rt::EstimateParts> step_parts;
     if (it != children.end()) {
       for (const auto* c : it->second) {
         out.push_back(make(*c, at));
@@ -138,12 +160,27 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
         if (ci.estimate_ns >= 0 && ci.category != "engine") {
           child_sum += static_cast<double>(ci.estimate_ns);
           child_estimates = true;
+          if (ci.has_parts) {
+            parts_sum += ci.parts;
+            step_parts.push_back(ci.parts);
+          } else
+            child_parts = false;
         }
       }
     }
     DeviceItem& item = out[at];
-    if (item.estimate_ns < 0 && child_estimates)
-      item.estimate_ns = static_cast<int64_t>(child_sum);
+    if (item.estimate_ns < 0 && child_estimates) {
+      if (r->note.pipelined && child_parts) {
+        // A compiled program: one pipeline of its steps.
+        item.parts = neuron_rt::programEstimate(step_parts, model);
+        item.has_parts = true;
+        item.estimate_ns = neuron_rt::roundedNs(item.parts);
+      } else {
+        item.estimate_ns = static_cast<int64_t>(child_sum);
+        item.parts = parts_sum;
+        item.has_parts = child_parts;
+      }
+    }
     // Estimated timeline: the stream's items in order, none before the host
     // queued it.
     int64_t& end = stream_end[{item.device, item.stream}];

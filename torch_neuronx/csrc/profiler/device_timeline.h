@@ -36,6 +36,10 @@ struct DeviceItem {
   // of the repeated sequence it replays (or part of); 0 for other items.
   uint64_t adaptive_sequence;
   int64_t estimate_ns;  // -1: no estimate
+  // estimate_ns's parts (compute + dma + latency - overlap); has_parts false
+  // when the estimate has none (an NKI kernel's cost model, no estimate).
+  neuron_rt::EstimateParts parts;
+  bool has_parts;
   int64_t estimate_start_ns;
   // The item this one is a child of (-1: none), by position in the list.
   int64_t parent;

@@ -56,6 +56,16 @@ void addDetail(GenericTraceActivity& a, const std::string& detail) {
   }
 }
 
+// An estimate's parts, in us: "<prefix>compute us", "<prefix>dma us",
+// "<prefix>latency us", "<prefix>overlap us".
+void addParts(GenericTraceActivity& a, const neuron_rt::EstimateParts& p,
+              const std::string& prefix) {
+  a.addMetadata(prefix + "compute us", p.compute_ns / 1e3);
+  a.addMetadata(prefix + "dma us", p.dma_ns / 1e3);
+  a.addMetadata(prefix + "latency us", p.latency_ns / 1e3);
+  a.addMetadata(prefix + "overlap us", p.overlap_ns / 1e3);
+}
+
 // torch.profiler takes annotation activities for its own record_function
 // ranges and warns (once per process) about any it did not make: the
 // children and the estimated track are ours, and left out of its tables on
@@ -191,6 +201,8 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         if (it.estimate_ns >= 0)
           a.addMetadata("estimated " + target + " us",
                         static_cast<double>(it.estimate_ns) / 1e3);
+        if (it.estimate_ns >= 0 && it.has_parts)
+          addParts(a, it.parts, "estimate ");
         if (it.flops > 0) {
           a.addMetadata("flops", it.flops);
           a.addMetadataQuoted("engine", it.engine);
@@ -247,6 +259,9 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         e.addMetadata("measured us",
                       static_cast<double>(it.end_ns - it.start_ns) / 1e3);
         e.addMetadataQuoted("estimate", "estimated " + target + " time");
+        // Why it takes that long: estimate = compute + dma + latency -
+        // overlap (trainium_estimate.h).
+        if (it.has_parts) addParts(e, it.parts, "");
         e.log(logger);
       }
     }

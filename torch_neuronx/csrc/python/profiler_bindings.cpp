@@ -5,7 +5,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <neuron_runtime/status.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
 #include "profiler/device_timeline.h"
+#include "profiler/op_cost.h"
 #include "python/target_caster.h"
 
 namespace py = pybind11;
@@ -34,6 +42,14 @@ py::list lastItems() {
     d["element_bytes"] = it.element_bytes;
     d["adaptive_sequence"] = it.adaptive_sequence;
     d["estimate_ns"] = it.estimate_ns;
+    // The estimate's parts; NaN when it has none (no estimate, or an NKI
+    // kernel's cost-model total).
+    const bool parts = it.has_parts && it.estimate_ns >= 0;
+    const double none = std::numeric_limits<double>::quiet_NaN();
+    d["estimate_compute_ns"] = parts ? it.parts.compute_ns : none;
+    d["estimate_dma_ns"] = parts ? it.parts.dma_ns : none;
+    d["estimate_latency_ns"] = parts ? it.parts.latency_ns : none;
+    d["estimate_overlap_ns"] = parts ? it.parts.overlap_ns : none;
     d["estimate_start_ns"] = it.estimate_start_ns;
     d["parent"] = it.parent;
     d["detail"] = it.detail;
@@ -55,6 +71,118 @@ py::dict modelDict(const neuron_rt::TrainiumModel& m) {
   return d;
 }
 
+// The model of `target` ("" : the selected one) for a logical core of `lnc`
+// NeuronCores (0: the device's, as deviceModel()).
+neuron_rt::TrainiumModel modelFor(const std::string& target, int lnc) {
+  if (lnc < 0)
+    throw py::value_error("lnc must be 0 (the device's) or a positive number "
+                          "of NeuronCores, got " +
+                          std::to_string(lnc));
+  neuron_rt::Target t;
+  try {
+    t = target.empty() ? neuron_rt::trainiumModel().target
+                       : neuron_rt::parseTarget(target);
+  } catch (const neuron_rt::Error& e) {
+    throw py::value_error(e.what());
+  }
+  const neuron_rt::HardwareSpec& spec = neuron_rt::hardwareSpec(t);
+  if (lnc == 0) lnc = runtime().topology().config().logical_core_size;
+  else if (lnc > 1 && !spec.logical_cores)
+    throw py::value_error(std::string(spec.name) +
+                          " has no logical cores: lnc must be 0 or 1, got " +
+                          std::to_string(lnc));
+  else if (spec.cores_per_chip % lnc != 0)
+    throw py::value_error("lnc " + std::to_string(lnc) + " does not divide " +
+                          spec.name + "'s " +
+                          std::to_string(spec.cores_per_chip) +
+                          " NeuronCores per chip");
+  return neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(t), lnc);
+}
+
+py::dict partsDict(const neuron_rt::EstimateParts& p) {
+  py::dict d;
+  d["estimate_ns"] = neuron_rt::roundedNs(p);
+  d["compute_ns"] = p.compute_ns;
+  d["dma_ns"] = p.dma_ns;
+  d["latency_ns"] = p.latency_ns;
+  d["overlap_ns"] = p.overlap_ns;
+  return d;
+}
+
+// The estimate of one eager item: op `name` over tensors of `sizes` and
+// `itemsizes`, in the order noteEagerItem sees them (op_cost.h).
+py::dict estimateOp(const std::string& name,
+                    const std::vector<std::vector<int64_t>>& sizes,
+                    const std::vector<int64_t>& itemsizes,
+                    const std::string& target, int lnc) {
+  if (sizes.size() != itemsizes.size())
+    throw py::value_error("_estimate_op: " + std::to_string(sizes.size()) +
+                          " sizes but " + std::to_string(itemsizes.size()) +
+                          " itemsizes (one of each per tensor)");
+  std::vector<profiler::OpTensor> tensors(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (itemsizes[i] < 0)
+      throw py::value_error("_estimate_op: tensor " + std::to_string(i) +
+                            " has a negative itemsize " +
+                            std::to_string(itemsizes[i]));
+    for (int64_t s : sizes[i])
+      if (s < 0)
+        throw py::value_error("_estimate_op: tensor " + std::to_string(i) +
+                              " has a negative size " + std::to_string(s));
+    tensors[i] = profiler::OpTensor{sizes[i], itemsizes[i]};
+  }
+  const neuron_rt::TrainiumModel model = modelFor(target, lnc);
+  const neuron_rt::ItemWork w = profiler::eagerOpWork(name.c_str(), tensors);
+  py::dict d = partsDict(neuron_rt::estimateItem(w, model));
+  d["flops"] = w.flops;
+  d["bytes"] = w.bytes;
+  d["tensor_engine"] = w.tensor_engine;
+  d["engine"] =
+      neuron_rt::engineName(w.flops, w.tensor_engine, w.element_bytes);
+  return d;
+}
+
+// The estimate of one collective of `kind` over the group of global
+// `ranks`, as the neuron backend makes it (noteCollective).
+py::dict estimateCollective(const std::string& kind, double bytes,
+                            const std::vector<int>& ranks,
+                            const std::string& target, int lnc,
+                            int ranks_per_chip, int chips_per_host) {
+  neuron_rt::CollectiveShape shape;
+  try {
+    shape = neuron_rt::parseCollectiveShape(kind);
+  } catch (const neuron_rt::Error& e) {
+    throw py::value_error(e.what());
+  }
+  if (!(bytes >= 0))
+    throw py::value_error("_estimate_collective: bytes must be >= 0, got " +
+                          std::to_string(bytes));
+  if (ranks.empty())
+    throw py::value_error("_estimate_collective: the group has no ranks");
+  for (int r : ranks)
+    if (r < 0)
+      throw py::value_error("_estimate_collective: negative rank " +
+                            std::to_string(r));
+  if (ranks_per_chip < 0 || chips_per_host < 0)
+    throw py::value_error(
+        "_estimate_collective: ranks_per_chip and chips_per_host must be >= 0 "
+        "(0: the target's)");
+  const neuron_rt::TrainiumModel model = modelFor(target, lnc);
+  neuron_rt::EstimateParts p;
+  try {
+    p = neuron_rt::collectiveEstimate(shape, bytes, ranks, model,
+                                      {ranks_per_chip, chips_per_host});
+  } catch (const neuron_rt::Error& e) {
+    throw py::value_error(e.what());
+  }
+  py::dict d = partsDict(p);
+  d["flops"] = 0.0;
+  d["bytes"] = bytes;
+  d["tensor_engine"] = false;
+  d["engine"] = "";
+  return d;
+}
+
 }  // namespace
 
 void bindProfiler(py::module_& m) {
@@ -67,6 +195,12 @@ void bindProfiler(py::module_& m) {
   });
   m.def("_profiler_set_target",
         [](neuron_rt::Target target) { neuron_rt::setTrainiumTarget(target); });
+  m.def("_estimate_op", &estimateOp, py::arg("name"), py::arg("sizes"),
+        py::arg("itemsizes"), py::arg("target") = "", py::arg("lnc") = 0);
+  m.def("_estimate_collective", &estimateCollective, py::arg("kind"),
+        py::arg("bytes"), py::arg("ranks"), py::arg("target") = "",
+        py::arg("lnc") = 0, py::arg("ranks_per_chip") = 0,
+        py::arg("chips_per_host") = 0);
   m.def("_roofline_ns",
         [](double flops, double bytes, bool tensor_engine, int element_bytes) {
           return neuron_rt::rooflineNs(flops, bytes, tensor_engine,
