@@ -105,16 +105,25 @@ def _is_view(op: torch._ops.OpOverload) -> bool:
 
 
 def composite_key(op: torch._ops.OpOverload):
-    """The composite dispatch key whose kernel serves PrivateUse1 for ``op``, or
-    None when the backend has a kernel (or the fallback) of its own."""
+    """The dispatch key of the kernel serving PrivateUse1 for ``op`` when that kernel
+    is a composition of other operators — ATen's default kernel, or a Python
+    kernel (FSDP2's ``fsdp::chunk_cat``, ...) — else None (the backend's own
+    kernel or its fallback: one item). NKI-routed operators (torch_neuronx/nki)
+    are "nki" (one kernel item)."""
     table = torch._C._dispatch_dump_table(op.name())
     m = _SOURCE.search(table)
-    if m is None or m.group("kind") != "default backend kernel":
+    if m is None:
         return None
     line = m.group(0)
-    if "NonFunctional" in line:
-        return torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional
-    return torch._C.DispatchKey.CompositeExplicitAutograd
+    if m.group("kind") == "default backend kernel":
+        if "NonFunctional" in line:
+            return torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional
+        return torch._C.DispatchKey.CompositeExplicitAutograd
+    if m.group("kind") == "kernel" and re.search(r"\.py:\d+ \[kernel\]$", line):
+        if "torch_neuronx/nki/" in line:
+            return "nki"
+        return torch._C.DispatchKey.PrivateUse1
+    return None
 
 
 class OpRule:
@@ -171,6 +180,10 @@ def _decide(op) -> OpRule:
     if torch.Tag.nondeterministic_seeded not in op.tags and _is_view(op):
         return OpRule(VIEW, name)
     key = composite_key(op)
+    if key == "nki":
+        # An NKI kernel launch (one kernel item): costed here as an eager op
+        # over its tensors, not with the NKI simulator's cost model.
+        return OpRule(ITEM, "nki::" + name.split("::", 1)[1], op=op)
     if key is not None:
         return OpRule(COMPOSITE, name, key=key)
     return OpRule(ITEM, name, op=op)

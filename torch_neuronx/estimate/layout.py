@@ -153,6 +153,9 @@ def apply(model, layers: list, layout: Layout, tp_mesh, shard_mesh, checkpoint: 
         plan = tp_plan_for(model)
         for layer in layers:
             parallelize_module(layer, tp_mesh, plan)
+        # Embeddings and lm_head stay whole on each TP rank (FSDP shards
+        # them): HF's lm_head plan (column-wise, logits gathered) made DTensor
+        # run the product both sharded and whole in a fake run.
     if checkpoint:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             checkpoint_wrapper,

@@ -1,0 +1,250 @@
+"""Planning mode (torch_neuronx.estimate): a step run with fake tensors must
+produce the device items a real eager run produces, with the same estimate; the
+Qwen3-8B TP4 x FSDP8 layout must be planned within the time budget with a
+report that makes sense; bad input is refused with a ValueError."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import torch_neuronx
+from torch_neuronx import estimate
+from torch_neuronx.estimate import models
+from torch_neuronx.estimate.__main__ import main as cli_main
+from torch_neuronx.profiling import tables
+
+TINY_QWEN3 = {
+    "model_type": "qwen3",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 512,
+}
+
+
+def _profiled_items(step):
+    """The top-level device items of one profiled call of ``step``: name ->
+    (count, summed estimate ns)."""
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        step()
+        torch.neuron.synchronize()
+    df = tables.device_items(prof)
+    df = df[df.parent < 0]
+    out = {}
+    for name, g in df.groupby("name"):
+        out[name] = (len(g), float(g.estimate_ns.sum()))
+    return out
+
+
+def _profile_target():
+    t = torch_neuronx._C._profiler_target()
+    return t["name"], int(t["physical_cores_per_device"])
+
+
+def _compare(real: dict, report) -> None:
+    planned = {k: (v["count"], v["s"] * 1e9) for k, v in report.items.items()}
+    # Same items: every name, every count.
+    assert {k: c for k, (c, _) in planned.items()} == {k: c for k, (c, _) in real.items()}
+    # Same estimate: in total within 1%, and per name within 1% (a few ns
+    # of slack for one-item names).
+    real_total = sum(ns for _, ns in real.values())
+    assert math.isclose(report.serial_s * 1e9, real_total, rel_tol=0.01), (
+        report.serial_s * 1e9,
+        real_total,
+    )
+    for name, (_, ns) in real.items():
+        assert math.isclose(planned[name][1], ns, rel_tol=0.01, abs_tol=5), name
+
+
+def test_fake_step_matches_real_profile_hf_qwen3():
+    """A Hugging Face Qwen3 (tiny config) training step: the real run's profile and
+    the planning run give the same items and estimate."""
+    B, S = 2, 32
+    torch.manual_seed(0)
+    cfg = models.hf_config(TINY_QWEN3)
+    m = models.build_hf_causal_lm(cfg, torch.float32).to("neuron")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg.vocab_size, (B, S)).to("neuron")
+
+    def step():
+        m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # the optimizer's state: the profiled step is a steady one
+    torch.neuron.synchronize()
+    real = _profiled_items(step)
+    target, lnc = _profile_target()
+    r = estimate.estimate_training(
+        TINY_QWEN3, target=target, lnc=lnc, seq_len=S, batch=B, dtype="fp32"
+    )
+    assert "aten::mm" in real and "aten::_scaled_dot_product_flash_attention_for_cpu" in real
+    _compare(real, r)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d=64, h=4):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.o = torch.nn.Linear(d, d)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.fc1 = torch.nn.Linear(d, 4 * d)
+        self.fc2 = torch.nn.Linear(4 * d, d)
+        self.h = h
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, -1)
+        q, k, v = (t.view(B, T, self.h, D // self.h).transpose(1, 2) for t in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(B, T, D))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class _GPT(torch.nn.Module):
+    def __init__(self, V=128, d=64):
+        super().__init__()
+        self.emb = torch.nn.Embedding(V, d)
+        self.blocks = torch.nn.ModuleList([_Block(d) for _ in range(2)])
+        self.ln = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, V, bias=False)
+
+    def forward(self, idx, tgt=None):  # tgt: the loss's (inputs feed both)
+        x = self.emb(idx)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x))
+
+
+def _gpt_loss(logits, idx, tgt):
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+
+
+def test_fake_step_matches_real_profile_custom_gpt():
+    """A module given as a callable (the example GPT's shape: LayerNorm, GELU, fused
+    attention, AdamW's foreach path, the autograd engine's in-place gradient
+    sums)."""
+    B, T = 2, 16
+    torch.manual_seed(0)
+    m = _GPT().to("neuron")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    idx = torch.randint(0, 128, (B, T)).to("neuron")
+    tgt = torch.randint(0, 128, (B, T)).to("neuron")
+
+    def step():
+        _gpt_loss(m(idx), idx, tgt).backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    torch.neuron.synchronize()
+    real = _profiled_items(step)
+    target, lnc = _profile_target()
+
+    def inputs():
+        return torch.randint(0, 128, (B, T)), torch.randint(0, 128, (B, T))
+
+    r = estimate.estimate_training(
+        _GPT,
+        inputs=inputs,
+        loss=lambda out, i, t: _gpt_loss(out, i, t),
+        target=target,
+        lnc=lnc,
+        dtype="fp32",
+    )
+    assert real["aten::add_.Tensor"][0] > 0
+    _compare(real, r)
+
+
+@pytest.fixture(scope="module")
+def qwen3_8b_report():
+    return estimate.estimate_training(
+        "Qwen/Qwen3-8B", target="trn2", lnc=2, tp=4, fsdp=8, dp=1, seq_len=4096, batch=1
+    )
+
+
+def test_qwen3_8b_tp4_fsdp8_report(qwen3_8b_report):
+    """The HF guide's layout: Qwen3-8B, TP4 x FSDP8 on 32 trn2 logical cores."""
+    r = qwen3_8b_report
+    assert r.wall_s < 120, f"planning took {r.wall_s:.0f} s (budget: 2 minutes)"
+    assert (r.cores, r.tp, r.fsdp, r.target, r.lnc) == (32, 4, 8, "trn2", 2)
+    # Collectives of both dimensions, of the kinds FSDP2 and TP issue.
+    assert set(r.per_group) == {"tp", "fsdp"}
+    assert r.items["allgather"]["count"] >= 36  # one per layer and pass, at least
+    assert r.items["reducescatter"]["count"] >= 36
+    assert r.items["allreduce"]["count"] >= 36 * 4  # attention and MLP, both passes
+    # All 36 decoder layers ran, each with its share.
+    layer_rows = [x for x in r.per_layer if ".layers." in x["module"]]
+    assert len(layer_rows) == 36
+    assert 0 < r.step_s <= r.serial_s
+    assert r.compute_s > r.exposed_collective_s > 0
+    assert 0 < r.mfu < 1 and 0 < r.hfu < 1
+    # What is held before the step: bf16 parameters and AdamW's two bf16
+    # moments, the layers' weights sharded 32 ways, embeddings and lm_head 8
+    # ways (FSDP; not split by TP).
+    cfg = models.hf_config("Qwen/Qwen3-8B")
+    h, inter, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
+    hd, heads, kv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    layer = h * heads * hd * 2 + 2 * h * kv * hd + 3 * h * inter
+    expect = 3 * 2 * (L * layer / 32 + 2 * V * h / 8)
+    assert math.isclose(r.hbm_at_start_bytes, expect, rel_tol=0.05)
+    # Fits or not, consistently, and said so.
+    assert r.hbm_capacity_bytes == 24 << 30
+    assert r.hbm_peak_bytes > r.hbm_at_start_bytes
+    assert r.fits == (r.hbm_peak_bytes <= r.hbm_capacity_bytes)
+    assert r.hbm_margin_bytes == r.hbm_capacity_bytes - r.hbm_peak_bytes
+    assert ("fits" if r.fits else "DOES NOT FIT") in str(r)
+    d = json.loads(r.to_json())
+    assert d["step_s"] == r.step_s and d["hbm_margin_bytes"] == r.hbm_margin_bytes
+
+
+def test_generate_tp_small():
+    r = estimate.estimate_generate(TINY_QWEN3, tp=2, prompt_len=64, new_tokens=4, dtype="fp32")
+    assert r.mode == "generate" and r.new_tokens == 4
+    assert r.prefill_s > 0 and r.decode_step_s > 0
+    assert r.prefill_s + 3 * r.decode_step_s == pytest.approx(r.serial_s, rel=1e-6)
+    assert set(r.per_group) == {"tp"}
+    assert set(r.per_phase_s) == {"prefill", "decode"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"target": "trn9"}, "unknown target"),
+        ({"target": "trn1", "lnc": 2}, "no logical cores"),
+        ({"tp": 3}, "does not divide"),
+        ({"tp": 2, "fsdp": 2, "cores": 8}, "does not equal"),
+        ({"dtype": "int7"}, "unknown dtype"),
+        ({"tp": 0}, "positive integer"),
+        ({"seq_len": 0}, "positive"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    args = {"seq_len": 16, "batch": 1, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        estimate.estimate_training(TINY_QWEN3, **args)
+
+
+def test_unknown_model_without_network():
+    with pytest.raises(ValueError, match="no configuration"):
+        estimate.estimate_training("no-such-org/no-such-model-xyz", seq_len=16)
+
+
+def test_cli_json(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_QWEN3))
+    rc = cli_main(["--model", str(cfg), "--tp", "2", "--fsdp", "2", "--seq-len", "32", "--json"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["cores"] == 4 and d["step_s"] > 0 and set(d["per_group"]) == {"tp", "fsdp"}
+    assert cli_main(["--model", str(cfg), "--target", "trn9"]) == 2
+    assert "unknown target" in capsys.readouterr().err

@@ -1,0 +1,112 @@
+"""python -m torch_neuronx.estimate: the planning estimate of a model's training
+step or generate() call on Trainium, from its configuration alone.
+
+    python -m torch_neuronx.estimate --model Qwen/Qwen3-8B --config-only \\
+        --target trn2 --lnc 2 --tp 4 --fsdp 8 --dp 1 --seq-len 4096 --batch 1 --dtype bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .models import KNOWN_CONFIGS
+
+    p = argparse.ArgumentParser(
+        prog="python -m torch_neuronx.estimate",
+        description=(
+            "Estimate a model's training step (or generate()) on Trainium without running "
+            "it: fake tensors on neuron, the real FSDP2/TP layout over a fake process group, "
+            "each device item and collective costed as the profiler would."
+        ),
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help=f"a Hugging Face model name (built in: {', '.join(sorted(KNOWN_CONFIGS))}; "
+        "others are looked up on the Hub) or a path to a config.json",
+    )
+    p.add_argument(
+        "--config-only",
+        action="store_true",
+        help="build the model from its configuration (always the case: no weights are "
+        "downloaded; accepted for clarity)",
+    )
+    p.add_argument("--target", default="trn2", help="trn1, trn2 or trn3 (default trn2)")
+    p.add_argument("--lnc", type=int, default=0, help="logical core size (default: 2 on trn2/3)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--fsdp", type=int, default=1, help="FSDP2 shard degree")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas (HSDP with --fsdp)")
+    p.add_argument("--cores", type=int, default=None, help="NeuronCores (checked: tp*fsdp*dp)")
+    p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (prompt)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per data-parallel rank")
+    p.add_argument("--dtype", default="bf16", help="parameter and activation dtype")
+    p.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute each decoder layer in backward (full activation checkpointing)",
+    )
+    p.add_argument("--layers", type=int, default=None, help="override the number of layers")
+    p.add_argument("--generate", action="store_true", help="estimate generate() instead")
+    p.add_argument("--new-tokens", type=int, default=16, help="tokens generate() produces")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def _model_arg(model: str):
+    if model.endswith(".json"):
+        import json
+
+        with open(model) as f:
+            return json.load(f)
+    return model
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from . import plan_generate, plan_training
+
+    overrides = {"num_hidden_layers": args.layers} if args.layers else None
+    try:
+        if args.generate:
+            if args.fsdp != 1:
+                raise ValueError("--generate takes --tp and --dp (no FSDP in inference)")
+            r = plan_generate(
+                _model_arg(args.model),
+                target=args.target,
+                lnc=args.lnc or None,
+                tp=args.tp,
+                dp=args.dp,
+                cores=args.cores,
+                batch=args.batch,
+                prompt_len=args.seq_len,
+                new_tokens=args.new_tokens,
+                dtype=args.dtype,
+                config_overrides=overrides,
+            )
+        else:
+            r = plan_training(
+                _model_arg(args.model),
+                target=args.target,
+                lnc=args.lnc or None,
+                tp=args.tp,
+                fsdp=args.fsdp,
+                dp=args.dp,
+                cores=args.cores,
+                batch=args.batch,
+                seq_len=args.seq_len,
+                dtype=args.dtype,
+                activation_checkpointing=args.activation_checkpointing,
+                config_overrides=overrides,
+            )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(r.to_json(indent=1) if args.json else r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
