@@ -11,7 +11,10 @@ batches) and reports ms per training step (batch copy, forward, backward, AdamW)
 
 --generate: Hugging Face ``generate()`` of a small Llama (2 layers, hidden 64, greedy, 32
 new tokens after 8) instead: the CPU, plain eager and adaptive eager (target: adaptive
->= 1.3x faster than plain eager).
+>= 1.3x faster than plain eager), and adaptive eager's statistics per call once warm
+(sequences adapted, evicted, replayed; decode windows not adapted: with a growing KV
+cache they never come back in reach). --max-fruitless-adaptations N sets the give-up
+policy for such sequences (a huge N turns it off: the figures before it).
 
 --host-cost: host µs per op of a repeated sequence of 11 small ops on the CPU, plain
 eager and adaptive eager (the issue: a replayed op should cost the host less than a
@@ -40,7 +43,7 @@ from pathlib import Path
 import torch
 
 try:
-    import torch_neuronx  # noqa: F401
+    import torch_neuronx
 except ImportError:
     pass
 
@@ -53,8 +56,9 @@ from examples.gpt.train import build_model, make_optimizer, synchronize, train_s
 MODES = ("cpu", "eager", "adaptive", "compiled")
 
 
-def run_generate(mode: str) -> dict:
-    """ms per generate() call of a small Llama, median of 5 after 2 warm-up calls."""
+def run_generate(mode: str, max_fruitless: int | None = None) -> dict:
+    """ms per generate() call of a small Llama, median of 5 after 2 warm-up calls;
+    adaptive eager's statistics over the warm-up calls and per timed call."""
     import os
 
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -80,6 +84,8 @@ def run_generate(mode: str) -> dict:
     ids = torch.randint(3, 512, (1, 8)).to(device)
     if mode == "adaptive":
         torch.neuron.set_adaptive_eager(True)
+        if max_fruitless is not None:
+            torch_neuronx._C._adaptive_configure(0, 0, 0, max_fruitless)
 
     def generate():
         with torch.no_grad():
@@ -89,6 +95,7 @@ def run_generate(mode: str) -> dict:
     generate()
     first_ms = (time.perf_counter() - t0) * 1e3
     generate()
+    warm = torch.neuron.adaptive_eager_stats() if mode == "adaptive" else None
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -96,7 +103,11 @@ def run_generate(mode: str) -> dict:
         times.append(time.perf_counter() - t0)
     res = {"ms": statistics.median(times) * 1e3, "loss": float(out[0, -1]), "first_ms": first_ms}
     if mode == "adaptive":
-        res["stats"] = torch.neuron.adaptive_eager_stats()
+        res["stats"] = stats = torch.neuron.adaptive_eager_stats()
+        keys = ("sequences_adapted", "evictions", "sequences_never_replayed", "replays")
+        keys += ("windows_not_adapted", "windows")
+        res["warm_up"] = {k: warm[k] for k in keys}  # the first 2 calls
+        res["per_call"] = {k: (stats[k] - warm[k]) / 5 for k in keys}
     return res
 
 
@@ -132,7 +143,7 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
     if args.host_cost:
         return run_host_cost(mode)
     if args.generate:
-        return run_generate(mode)
+        return run_generate(mode, args.max_fruitless_adaptations)
     device = torch.device("cpu" if mode == "cpu" else "neuron")
     vocab = get_tokenizer().vocab_size
     if args.small:
@@ -182,6 +193,8 @@ def run_child(mode: str, args: argparse.Namespace) -> dict:
     for flag in ("small", "generate", "host_cost"):
         if getattr(args, flag):
             cmd.append("--" + flag.replace("_", "-"))
+    if args.max_fruitless_adaptations is not None:
+        cmd += ["--max-fruitless-adaptations", str(args.max_fruitless_adaptations)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -198,6 +211,11 @@ def main() -> None:
     p.add_argument("--compiled", action="store_true", help="also torch.compile")
     p.add_argument("--generate", action="store_true", help="HF generate() of a small Llama")
     p.add_argument("--host-cost", action="store_true", help="host µs per op of a replayed sequence")
+    p.add_argument(
+        "--max-fruitless-adaptations",
+        type=int,
+        help="adaptive eager's give-up policy for sequences that never come back",
+    )
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -219,7 +237,7 @@ def main() -> None:
         size = "small GPT (d64 L4 T32 b4)" if args.small else "GPT (d256 L6 T128 b8)"
         print(f"{size}: ms per training step, median of {args.rounds} rounds of {args.steps}")
     results: dict[str, list[float]] = {m: [] for m in modes}
-    stats = None
+    stats = per_call = None
     for _ in range(args.rounds):
         for mode in modes:
             r = run_child(mode, args)
@@ -232,12 +250,17 @@ def main() -> None:
                 flush=True,
             )
             stats = r.get("stats", stats)
+            if "per_call" in r:
+                per_call = r["warm_up"], r["per_call"]
     med = {m: statistics.median(v) for m, v in results.items()}
     print("medians: " + ", ".join(f"{m} {v:.1f} ms" for m, v in med.items()))
     ratios = [f"adaptive / {m}: {med['adaptive'] / med[m]:.2f}" for m in med if m != "adaptive"]
     print("   ".join(ratios))
     if stats:
         print("adaptive eager stats (last run):", stats)
+    if per_call:
+        for what, figures in zip(("2 warm-up calls", "per timed call"), per_call, strict=True):
+            print(f"  {what}: " + ", ".join(f"{k} {v:g}" for k, v in figures.items()))
 
 
 if __name__ == "__main__":

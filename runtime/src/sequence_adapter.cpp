@@ -153,16 +153,27 @@ void SequenceAdapter::replayed(Sequence& s) {
   if (it != families_.end()) it->second.fruitless = 0;
 }
 
-void SequenceAdapter::evicted(const Sequence& s) {
-  if (s.replayed) return;
-  adaptiveStats().never_replayed++;
-  if (families_.size() >= kMaxSeen && !families_.count(s.family))
+void SequenceAdapter::fruitless(uint64_t family) {
+  if (families_.size() >= kMaxSeen && !families_.count(family))
     families_.clear();  // bounded; what is forgotten is learned again
-  Family& f = families_[s.family];
+  Family& f = families_[family];
   if (f.stopped) return;
-  if (++f.fruitless >= adaptiveSettings().max_fruitless_adaptations.load()) {
-    f.stopped = true;
-    adaptiveStats().families_stopped++;
+  if (++f.fruitless < adaptiveSettings().max_fruitless_adaptations.load())
+    return;
+  f.stopped = true;
+  adaptiveStats().families_stopped++;
+  // What the family has cached and never replayed goes too: by the family's
+  // record it would not be replayed either, and it would go on deviating
+  // (a static KV cache: every token's window starts like the last one's and
+  // differs at the ids grown by one) until the stream gives up altogether.
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if (it->family == family && !it->replayed && &*it != matching_) {
+      it = lru_.erase(it);
+      adaptiveStats().never_replayed++;
+      adaptiveStats().cached--;
+    } else {
+      ++it;
+    }
   }
 }
 
@@ -216,11 +227,14 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity,
       }
       return Action::kHold;
     }
+    Sequence* deviating = matching_;
     matching_ = nullptr;
     deviated_ = true;
     period_ = 0;  // the search starts afresh after the deviating item
     run_ = 0;
     adaptiveStats().deviations++;
+    // Deviating before its first replay: fruitless so far (may drop it).
+    if (!deviating->replayed) fruitless(deviating->family);
     if (++deviations_in_a_row_ >= adaptiveSettings().max_deviations.load())
       giveUp("its adapted sequences deviated every time");
     return Action::kDeviate;
@@ -261,8 +275,10 @@ bool SequenceAdapter::onBoundary() {
   const bool held = matching_ != nullptr;
   if (held) {
     // The boundary came before the sequence was complete: a deviation.
+    Sequence* deviating = matching_;
     matching_ = nullptr;
     adaptiveStats().deviations++;
+    if (!deviating->replayed) fruitless(deviating->family);
   }
   endWindow();
   return held;
@@ -336,10 +352,15 @@ void SequenceAdapter::adapt(uint64_t hash, std::vector<uint64_t> items,
       static_cast<size_t>(adaptiveSettings().max_sequences.load());
   while (lru_.size() > limit) {
     if (matching_ == &lru_.back()) matching_ = nullptr;
-    evicted(lru_.back());
+    const uint64_t family = lru_.back().family;
+    const bool replayed = lru_.back().replayed;
     lru_.pop_back();
     adaptiveStats().evictions++;
     adaptiveStats().cached--;
+    if (!replayed) {
+      adaptiveStats().never_replayed++;
+      fruitless(family);
+    }
   }
 }
 

@@ -288,8 +288,8 @@ void generateCall(Stream& s, int start, int tokens,
 // Decoding with a growing KV cache: each call's windows repeat only in the
 // next call, after more windows than the LRU keeps. Without the policy they
 // are adapted and evicted over and over (the next test); with it, the family
-// is stopped after max_fruitless_adaptations unreplayed evictions, and
-// nothing more is adapted or evicted, while what is cached is replayed.
+// is stopped after max_fruitless_adaptations unreplayed evictions, what it
+// has cached unreplayed is dropped, and nothing more is adapted or evicted.
 TEST(SequenceAdapter, WindowsThatNeverComeBackInReachStopBeingAdapted) {
   AdaptiveOn on;
   adaptiveSettings().max_sequences = 4;
@@ -299,20 +299,22 @@ TEST(SequenceAdapter, WindowsThatNeverComeBackInReachStopBeingAdapted) {
   for (int call = 0; call < 2; ++call) generateCall(s, 8, 10, &ran);
   // The second call adapts its windows (each seen twice): the first 4 fill
   // the LRU, the next 3 evict the first 3 unreplayed, which stops the
-  // family; its last 3 windows are not adapted.
+  // family and drops the 4 it still had cached; its last 3 windows are not
+  // adapted.
   EXPECT_EQ(adaptiveStats().adapted.load(), 7u);
   EXPECT_EQ(adaptiveStats().evictions.load(), 3u);
-  EXPECT_EQ(adaptiveStats().never_replayed.load(), 3u);
+  EXPECT_EQ(adaptiveStats().never_replayed.load(), 3u + 4u);
   EXPECT_EQ(adaptiveStats().families_stopped.load(), 1u);
   EXPECT_EQ(adaptiveStats().skipped.load(), 3u);
+  EXPECT_EQ(adaptiveStats().cached.load(), 0u);
   for (int call = 0; call < 4; ++call) generateCall(s, 8, 10, &ran);
-  // Later calls adapt nothing and evict nothing; the 4 cached windows (steps
-  // 3 to 6) are replayed every call. Skipped: steps 7-9 every call, steps
-  // 0-2 from the second of these calls (seen twice again).
+  // Later calls adapt, evict, hold nothing. Skipped: steps 7-9 every call,
+  // steps 0-6 (adapted, so counted afresh) from the second of these calls.
   EXPECT_EQ(adaptiveStats().adapted.load(), 7u);
   EXPECT_EQ(adaptiveStats().evictions.load(), 3u);
-  EXPECT_EQ(adaptiveStats().replays.load(), 4u * 4u);
-  EXPECT_EQ(adaptiveStats().skipped.load(), 3u + 4u * 3u + 3u * 3u);
+  EXPECT_EQ(adaptiveStats().replays.load(), 0u);
+  EXPECT_EQ(adaptiveStats().deviations.load(), 0u);
+  EXPECT_EQ(adaptiveStats().skipped.load(), 3u + 4u * 3u + 3u * 7u);
   EXPECT_EQ(ran.size(), 6u * 10u * 6u);
   for (size_t i = 0; i < ran.size(); i += 6) EXPECT_EQ(ran[i], "embed");
 }
@@ -383,9 +385,10 @@ TEST(SequenceAdapter, StoppedPeriodsAreAdaptedOnlyIfTheyGoOn) {
     s.synchronize();
   };
   for (int len = 1; len <= 4; ++len) layers(len, 2);  // windows never repeat
-  // One period adapted per window; 2 of them evicted unreplayed: stopped.
+  // One period adapted per window; 2 of them evicted unreplayed: stopped
+  // (and the 2 cached dropped).
   EXPECT_EQ(adaptiveStats().adapted.load(), 4u);
-  EXPECT_EQ(adaptiveStats().never_replayed.load(), 2u);
+  EXPECT_EQ(adaptiveStats().never_replayed.load(), 2u + 2u);
   EXPECT_EQ(adaptiveStats().families_stopped.load(), 1u);
   layers(5, 2);
   EXPECT_EQ(adaptiveStats().adapted.load(), 4u);
@@ -411,4 +414,54 @@ TEST(SequenceAdapter, StartingAfreshForgetsStoppedFamilies) {
   for (int call = 0; call < 2; ++call) generateCall(s, 8, 10, &ran);
   EXPECT_EQ(adaptiveStats().adapted.load(), 7u);  // as the first time
   EXPECT_EQ(adaptiveStats().families_stopped.load(), 1u);
+}
+
+// A static KV cache: the cache keeps its shape, but the generated ids grow by
+// one every token, so each token's window starts like the last one's and
+// differs at its second item. An adapted window was matched by the next one
+// and deviated, every token, until the stream gave up altogether (a training
+// step afterwards ran plain). Deviating before a first replay is fruitless
+// too: the family is stopped, its sequences dropped, and the stream goes on
+// adapting what repeats.
+TEST(SequenceAdapter, WindowsThatStartAlikeAndDeviateStopBeforeGivingUp) {
+  AdaptiveOn on;
+  adaptiveSettings().max_sequences = 4;
+  std::vector<std::string> ran;
+  auto token = [&ran](Stream& s, int len) {
+    static const char* ops[] = {"argmax", "cat_ids", "embed", "sdpa", "head"};
+    for (const char* op : ops) {
+      const uint64_t shape = std::string(op) == "cat_ids" ? len : 0;
+      signNextItem((std::hash<std::string>()(op) ^ (shape << 40)) | 1);
+      s.enqueue(op, [op, &ran] { ran.push_back(op); });
+    }
+    s.synchronize();
+  };
+  {  // Without the policy.
+    adaptiveSettings().max_fruitless_adaptations = 1 << 30;
+    Stream s(0, 0, 0, nullptr);
+    for (int call = 0; call < 4; ++call)
+      for (int t = 0; t < 10; ++t) token(s, 8 + t);
+    EXPECT_EQ(adaptiveStats().streams_given_up.load(), 1u);
+    EXPECT_EQ(adaptiveStats().replays.load(), 0u);
+  }
+  resetAdaptiveStats();
+  adaptiveSettings().max_fruitless_adaptations = 8;
+  Stream s(0, 0, 0, nullptr);
+  for (int call = 0; call < 2; ++call)
+    for (int t = 0; t < 10; ++t) token(s, 8 + t);
+  EXPECT_EQ(adaptiveStats().families_stopped.load(), 1u);
+  const uint64_t deviations = adaptiveStats().deviations.load();
+  EXPECT_LT(deviations, 8u);
+  for (int call = 0; call < 3; ++call)
+    for (int t = 0; t < 10; ++t) token(s, 8 + t);
+  EXPECT_EQ(adaptiveStats().deviations.load(), deviations);
+  EXPECT_EQ(adaptiveStats().streams_given_up.load(), 0u);
+  EXPECT_EQ(adaptiveStats().cached.load(), 0u);
+  // A training step on the same stream is adapted and replayed.
+  for (int i = 0; i < 4; ++i) {
+    queueWindow(s, {"fwd", "bwd", "adamw"}, &ran);
+    s.synchronize();
+  }
+  EXPECT_EQ(adaptiveStats().replays.load(), 2u);
+  EXPECT_EQ(ran.size(), 4u * 10u * 5u + 5u * 10u * 5u + 12u);
 }

@@ -19,22 +19,25 @@
 // items (P >= 8) equal the P before them.
 //
 // Sequences that never come back. A sequence is worth adapting only if it
-// comes back while the stream still keeps it. Decoding with a growing KV cache
-// (Hugging Face generate()) is the case in point: every token's window is the
-// same ops on shapes one longer than the last, so within a call no window
-// repeats, and across calls each returns only after the 30-odd others, long
-// after the LRU dropped it: each was adapted, evicted unreplayed, and adapted
-// again two calls later. So each adapted sequence remembers its family (its
-// ops in order, shapes aside) and whether it was replayed; a family whose
-// sequences are evicted unreplayed `max_fruitless_adaptations` times in a row
-// (none of its sequences replayed in between) is stopped on that stream: its
-// windows are adapted only if they come back within `max_sequences` windows
-// (the LRU would still hold them), and its periods only once they repeated
-// one more time than the threshold asks. Other families (a training step in
-// the same process) are adapted as before; what is cached keeps being
-// replayed (nothing evicts it any more). All of it is decided where a window
-// ends or a sequence is evicted, never per item; turning the mode on afresh
-// (the generation bump) forgets it.
+// comes back while the stream still keeps it. Decoding with a KV cache
+// (Hugging Face generate()) is the case in point: every token's window works
+// on shapes one longer than the last (the cache, with a dynamic cache; the
+// generated ids, with a static one too), so within a call no window repeats;
+// across calls each returns only after the 30-odd others, long after the LRU
+// dropped it. Each was adapted and evicted unreplayed, or (a static cache)
+// matched by the next token's window, which starts alike, and deviated, until
+// the stream gave up altogether. So each adapted sequence remembers its
+// family (its ops in order, shapes aside) and whether it was ever replayed.
+// A family whose sequences are evicted or deviate before their first replay
+// `max_fruitless_adaptations` times in a row (none replayed in between) is
+// stopped on that stream: its cached sequences that were never replayed are
+// dropped, its windows are adapted only if they come back within
+// `max_sequences` windows (the LRU would still hold them when they next
+// come), and its periods only once they repeat one more time than the
+// threshold asks. Other families (a training step in the same process) are
+// adapted as before. All of it is decided where a window ends, a sequence is
+// evicted or deviates, never per item; turning the mode on afresh (the
+// generation bump) forgets it.
 //
 // This is the first stage of the mode: the held items run as they are. The
 // second (a fused program built from the sequence) plugs in where a
@@ -69,9 +72,9 @@ struct AdaptiveSettings {
   // Adapted sequences that deviate this many times in a row, with no
   // complete replay between: the stream gives up (saying so once).
   std::atomic<int> max_deviations{16};
-  // Sequences of one family (the same ops, shapes aside) evicted without
-  // ever having been replayed, in a row, before the stream stops adapting
-  // the family's windows unless they come back within reach (see above).
+  // Sequences of one family (the same ops, shapes aside) evicted, or
+  // deviating, before their first replay, in a row, before the stream stops
+  // adapting the family's windows unless they come back in reach (above).
   std::atomic<int> max_fruitless_adaptations{8};
   // A long sequence runs in parts of this many items (0: whole), so the
   // device starts on a step while the host is still issuing it.
@@ -91,7 +94,8 @@ struct AdaptiveStats {
   std::atomic<uint64_t> evictions{0};   // sequences dropped by the LRU
   std::atomic<uint64_t> streams_given_up{0};
   std::atomic<uint64_t> cached{0};  // sequences cached now, all streams
-  // Evicted without a single replay (counted in `evictions` too).
+  // Left a stream's cache without a single replay: evicted (counted in
+  // `evictions` too), or dropped when their family was stopped.
   std::atomic<uint64_t> never_replayed{0};
   // Families a stream stopped adapting (their sequences never came back).
   std::atomic<uint64_t> families_stopped{0};
@@ -152,7 +156,8 @@ class SequenceAdapter {
     int count = 0;
     uint64_t last = 0;
   };
-  // A family with sequences evicted unreplayed.
+  // A family with sequences evicted, or deviating, before their first
+  // replay.
   struct Family {
     int fruitless = 0;  // in a row, since one of its sequences was replayed
     bool stopped = false;
@@ -163,7 +168,9 @@ class SequenceAdapter {
   void appendToWindow(uint64_t identity, uint64_t op);
   void record(uint64_t identity, uint64_t op);  // appends, searches a period
   void replayed(Sequence& s);
-  void evicted(const Sequence& s);
+  // One of `family`'s sequences was evicted, or deviated, before its first
+  // replay.
+  void fruitless(uint64_t family);
   bool stopped(uint64_t family) const;
   void giveUp(const char* why);
   Sequence* findStartingWith(uint64_t identity);
