@@ -60,8 +60,15 @@ def _all_fake(out) -> bool:
 class Capture(TorchDispatchMode):
     """Records the device items of everything run under it."""
 
-    def __init__(self, cost: CostModel, memory: MemoryTracker | None = None, tracker=None):
+    def __init__(
+        self, cost: CostModel, memory: MemoryTracker | None = None, tracker=None, fake_mode=None
+    ):
         super().__init__()
+        # The planning run's fake mode: tensors of another fake mode belong to
+        # a computation that is no device work (DTensor's sharding propagation
+        # runs ops on its own fake tensors to learn output shapes, once per
+        # signature).
+        self.fake_mode = fake_mode
         self.cost = cost
         self.memory = memory
         self.tracker = tracker  # a ModTracker (module attribution), or None
@@ -224,7 +231,7 @@ class Capture(TorchDispatchMode):
             sizes = [sum(sizes)]  # a list of per-rank tensors: one collective
         for nbytes in sizes or [0]:
             c = self.cost.collective(kind, float(nbytes), ranks)
-            self._add(kind, "collective", c, detail=self.group_label(ranks))
+            self._add(rule.name, "collective", c, detail=self.group_label(ranks))
 
     # ---- dispatch
 
@@ -237,6 +244,8 @@ class Capture(TorchDispatchMode):
                 if issubclass(t, torch._subclasses.fake_tensor.FakeTensor):
                     continue
                 return NotImplemented  # DTensor & co.: desugared, then seen here
+        if self.fake_mode is not None and self._foreign(args):
+            return func(*args, **kwargs)
         rule = I.rule_for(func)
         kind = rule.kind
         if kind == I.READ:
@@ -255,9 +264,11 @@ class Capture(TorchDispatchMode):
         out = func(*args, **kwargs)
         if kind == I.ITEM and func is _ADD and self._accumulates(args, kwargs):
             # The autograd engine sums two gradients of one input in place
-            # when it owns the first (InputBuffer::accumulate); with fake
-            # tensors (a Python subclass) it never does, so the item is named
-            # and sized as the real run's add_.
+            # when it owns the first and it is dense (InputBuffer::accumulate);
+            # with fake tensors (a Python subclass) it never does, so the item
+            # is named and sized as the real run's add_. Ownership is not
+            # visible here: a contiguous first gradient is taken as owned, a
+            # transposed one as not (what the measured runs show most often).
             self._op_item(_ADD_INPLACE_RULE, args, {}, out)
         elif kind == I.ITEM:
             ts: list = []
@@ -272,6 +283,14 @@ class Capture(TorchDispatchMode):
         if self.memory is not None:
             self.memory.produced(out)
         return out
+
+    def _foreign(self, args) -> bool:
+        for a in args:
+            if isinstance(a, (list, tuple)):
+                a = a[0] if a and isinstance(a[0], torch.Tensor) else None
+            if isinstance(a, FakeTensor):
+                return a.fake_mode is not self.fake_mode
+        return False
 
     @staticmethod
     def _accumulates(args, kwargs) -> bool:

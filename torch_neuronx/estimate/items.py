@@ -43,37 +43,47 @@ NO_ITEM = {
     "aten::lift_fresh",
 }
 
-# Collective ops -> the kind the cost model takes.
+# Collective ops -> (the kind the cost model takes, the item the neuron backend
+# queues for it: csrc/distributed/neuron_backend.cpp names each after its
+# ProcessGroup method; a functional collective runs the same method).
 COLLECTIVES = {
-    "c10d::allreduce_": "allreduce",
-    "c10d::allreduce_coalesced_": "allreduce",
-    "c10d::allgather_": "allgather",
-    "c10d::_allgather_base_": "allgather",
-    "c10d::allgather_into_tensor_coalesced_": "allgather",
-    "c10d::allgather_coalesced_": "allgather",
-    "c10d::reduce_scatter_": "reducescatter",
-    "c10d::_reduce_scatter_base_": "reducescatter",
-    "c10d::reduce_scatter_tensor_coalesced_": "reducescatter",
-    "c10d::alltoall_": "alltoall",
-    "c10d::alltoall_base_": "alltoall",
-    "c10d::broadcast_": "broadcast",
-    "c10d::reduce_": "reduce",
-    "c10d::send": "p2p",
-    "c10d::recv_": "p2p",
-    "c10d::recv_any_source_": "p2p",
-    "c10d::barrier": "barrier",
-    "_c10d_functional::all_reduce": "allreduce",
-    "_c10d_functional::all_reduce_": "allreduce",
-    "_c10d_functional::all_reduce_coalesced": "allreduce",
-    "_c10d_functional::all_gather_into_tensor": "allgather",
-    "_c10d_functional::all_gather_into_tensor_out": "allgather",
-    "_c10d_functional::all_gather_into_tensor_coalesced": "allgather",
-    "_c10d_functional::reduce_scatter_tensor": "reducescatter",
-    "_c10d_functional::reduce_scatter_tensor_coalesced": "reducescatter",
-    "_c10d_functional::all_to_all_single": "alltoall",
-    "_c10d_functional::broadcast": "broadcast",
-    "_c10d_functional::broadcast_": "broadcast",
+    "c10d::allreduce_": ("allreduce", "c10d::allreduce"),
+    "c10d::allreduce_coalesced_": ("allreduce", "c10d::allreduce_coalesced"),
+    "c10d::allgather_": ("allgather", "c10d::allgather"),
+    "c10d::_allgather_base_": ("allgather", "c10d::_allgather_base"),
+    "c10d::allgather_into_tensor_coalesced_": ("allgather", "c10d::_allgather_base"),
+    "c10d::allgather_coalesced_": ("allgather", "c10d::allgather"),
+    "c10d::reduce_scatter_": ("reducescatter", "c10d::_reduce_scatter_base"),
+    "c10d::_reduce_scatter_base_": ("reducescatter", "c10d::_reduce_scatter_base"),
+    "c10d::reduce_scatter_tensor_coalesced_": ("reducescatter", "c10d::_reduce_scatter_base"),
+    "c10d::alltoall_": ("alltoall", "c10d::alltoall"),
+    "c10d::alltoall_base_": ("alltoall", "c10d::alltoall_base"),
+    "c10d::broadcast_": ("broadcast", "c10d::broadcast"),
+    "c10d::reduce_": ("reduce", "c10d::reduce"),
+    "c10d::send": ("p2p", "c10d::send"),
+    "c10d::recv_": ("p2p", "c10d::recv"),
+    "c10d::recv_any_source_": ("p2p", "c10d::recv"),
+    "c10d::barrier": ("barrier", "c10d::barrier"),
+    "_c10d_functional::all_reduce": ("allreduce", "c10d::allreduce"),
+    "_c10d_functional::all_reduce_": ("allreduce", "c10d::allreduce"),
+    "_c10d_functional::all_reduce_coalesced": ("allreduce", "c10d::allreduce_coalesced"),
+    "_c10d_functional::all_gather_into_tensor": ("allgather", "c10d::_allgather_base"),
+    "_c10d_functional::all_gather_into_tensor_out": ("allgather", "c10d::_allgather_base"),
+    "_c10d_functional::all_gather_into_tensor_coalesced": ("allgather", "c10d::_allgather_base"),
+    "_c10d_functional::reduce_scatter_tensor": ("reducescatter", "c10d::_reduce_scatter_base"),
+    "_c10d_functional::reduce_scatter_tensor_coalesced": (
+        "reducescatter",
+        "c10d::_reduce_scatter_base",
+    ),
+    "_c10d_functional::all_to_all_single": ("alltoall", "c10d::alltoall_base"),
+    "_c10d_functional::broadcast": ("broadcast", "c10d::broadcast"),
+    "_c10d_functional::broadcast_": ("broadcast", "c10d::broadcast"),
 }
+
+# Arguments a hand-written kernel does not hand its item (its AliasPlan leaves
+# them out): native_layer_norm_backward records dy, x, mean, rstd, gamma and
+# the results (ops/layer_norm.cpp), not the bias.
+UNRECORDED_ARGS = {"aten::native_layer_norm_backward": {"bias"}}
 
 # Kinds of operator.
 VIEW = "view"  # no item, the fake mode answers
@@ -144,10 +154,11 @@ class OpRule:
         if op is not None:
             s = op._schema
             self.n_returns = len(s.returns)
+            skip = UNRECORDED_ARGS.get(name, ())
             self.tensor_args = tuple(
                 (i, a.name, a.kwarg_only)
                 for i, a in enumerate(s.arguments)
-                if "Tensor" in str(a.type)
+                if "Tensor" in str(a.type) and a.name not in skip
             )
             self.fresh = tuple(i for i, r in enumerate(s.returns) if r.alias_info is None)
 
@@ -168,7 +179,14 @@ def _decide(op) -> OpRule:
     name = _schema_name(op)
     base = op._schema.name
     if base in COLLECTIVES:
-        return OpRule(COLLECTIVE, name, collective=COLLECTIVES[base])
+        kind, item = COLLECTIVES[base]
+        key = composite_key(op) if base.startswith("_c10d_functional::") else None
+        if key is not None:
+            # A functional collective's default kernel: a contiguous copy of
+            # its input (an aten::copy_ item), then the ProcessGroup method,
+            # which dispatches the c10d op seen as the collective.
+            return OpRule(COMPOSITE, name, key=key)
+        return OpRule(COLLECTIVE, item, collective=kind)
     if base.startswith(("c10d::", "_c10d_functional::", "_dtensor::", "profiler::", "prim::")):
         return OpRule(VIEW, name)  # wait_tensor, Work, marks: no item
     if name in NO_ITEM or base in ("aten::set_",):

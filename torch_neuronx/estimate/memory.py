@@ -24,6 +24,11 @@ class MemoryTracker:
         self.by_phase_peak: dict = {}
         self.phase = "step"
 
+    def reset_peak(self) -> None:
+        """The peak from now on (after an unrecorded warm-up step)."""
+        self.peak = self.live
+        self.by_phase_peak = {}
+
     def _add_storage(self, st) -> None:
         key = st._cdata
         if key in self._seen:

@@ -55,7 +55,7 @@ class _Planner:
     def capture(self):
         from torch.distributed._tools.mod_tracker import ModTracker
 
-        cap = Capture(self.cost, self.memory, ModTracker())
+        cap = Capture(self.cost, self.memory, ModTracker(), fake_mode=self.fake)
         cap.group_label = self.layout.group_of
         return cap
 
@@ -72,6 +72,12 @@ def _opt_state_tensors(opt) -> list:
             if isinstance(v, torch.Tensor):
                 out.append(v)
     return out
+
+
+def _uses_dtensor(params) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in params)
 
 
 def _init_optimizer(opt, params) -> None:
@@ -288,7 +294,9 @@ def plan_training(
             + [lay.local(b) for b in m.buffers()]
         )
         cap = planner.capture()
-        with fake, cap.tracker, cap, models.transformers_sees_values():
+
+        def step():
+            cap.phase = planner.memory.phase = "step"
             if hf:
                 ls = m(input_ids=args[0], labels=args[0], use_cache=False).loss
             else:
@@ -298,6 +306,19 @@ def plan_training(
             cap.phase = planner.memory.phase = "optimizer"
             opt.step()
             opt.zero_grad(set_to_none=True)
+
+        with fake, cap.tracker, cap, models.transformers_sees_values():
+            if _uses_dtensor(params):
+                # DTensor learns each op's output shape once per signature by
+                # running it on fake tensors of the global shape, in this fake
+                # mode: a first step fills that cache unrecorded, and the step
+                # planned is the steady one (as a profile of a real job's second
+                # step).
+                cap.recording = False
+                step()
+                cap.recording = True
+                planner.memory.reset_peak()
+            step()
         wall = time.perf_counter() - t0
     if hf:
         flops = models.model_flops_per_token(cfg, seq_len, True) * batch * seq_len
@@ -372,16 +393,27 @@ def plan_generate(
         cap = planner.capture()
         from transformers import DynamicCache
 
-        with fake, cap.tracker, cap, torch.no_grad(), models.transformers_sees_values():
+        def run():
             cap.phase = planner.memory.phase = "prefill"
             cache = DynamicCache(config=cfg)
             out = m(input_ids=ids, past_key_values=cache, use_cache=True)
             nxt = out.logits[:, -1, :].argmax(-1, keepdim=True)
-            prefill_ns = sum(c.estimate_ns * n for k, n in cap.counts.items() for c in (k[4],))
+            done = sum(k[4].estimate_ns * n for k, n in cap.counts.items())
             cap.phase = planner.memory.phase = "decode"
             for _ in range(new_tokens - 1):
                 out = m(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
                 nxt = out.logits[:, -1, :].argmax(-1, keepdim=True)
+            return done
+
+        with fake, cap.tracker, cap, torch.no_grad(), models.transformers_sees_values():
+            if layout.tp > 1:
+                # DTensor's per-signature shape propagation, filled unrecorded
+                # (see plan_training).
+                cap.recording = False
+                run()
+                cap.recording = True
+                planner.memory.reset_peak()
+            prefill_ns = run()
         wall = time.perf_counter() - t0
     total_ns = sum(k[4].estimate_ns * n for k, n in cap.counts.items())
     decode_ns = total_ns - prefill_ns

@@ -85,12 +85,16 @@ def make_target(name: str = "trn2", lnc: int | None = None) -> Target:
         raise ValueError(f"lnc must be 1 or 2 on {key}, not {lnc}")
     per_chip = int(hw["cores_per_chip"])
     chip = _CHIP[key]
+    # The per-core tensor-engine peak the cost model uses (the table's sourced
+    # per-core figure where it has one, else the chip's over its cores).
+    bf16 = hw.get("core_tensor_bf16_tflops") or hw["tensor_bf16_tflops"] / per_chip
+    fp32 = hw.get("core_tensor_fp32_tflops") or hw["tensor_fp32_tflops"] / per_chip
     return Target(
         name=key,
         lnc=int(lnc),
         physical_cores_per_chip=per_chip,
         hbm_bytes_per_core=chip["hbm_bytes"] // per_chip * lnc,
-        tensor_bf16_flops_per_s=hw["tensor_bf16_tflops"] * 1e12 / per_chip * lnc,
-        tensor_fp32_flops_per_s=hw["tensor_fp32_tflops"] * 1e12 / per_chip * lnc,
-        chips_per_host=chip["chips_per_host"],
+        tensor_bf16_flops_per_s=bf16 * 1e12 * lnc,
+        tensor_fp32_flops_per_s=fp32 * 1e12 * lnc,
+        chips_per_host=int(hw.get("chips_per_host") or chip["chips_per_host"]),
     )
