@@ -14,7 +14,9 @@ new tokens after 8) instead: the CPU, plain eager and adaptive eager (target: ad
 >= 1.3x faster than plain eager), and adaptive eager's statistics per call once warm
 (sequences adapted, evicted, replayed; decode windows not adapted: with a growing KV
 cache they never come back in reach). --max-fruitless-adaptations N sets the give-up
-policy for such sequences (a huge N turns it off: the figures before it).
+policy for such sequences (a huge N turns it off: the figures before it);
+--static-cache: generate() with a static KV cache (the cache keeps its shape; the
+generated ids still grow every token).
 
 --host-cost: host µs per op of a repeated sequence of 11 small ops on the CPU, plain
 eager and adaptive eager (the issue: a replayed op should cost the host less than a
@@ -56,7 +58,7 @@ from examples.gpt.train import build_model, make_optimizer, synchronize, train_s
 MODES = ("cpu", "eager", "adaptive", "compiled")
 
 
-def run_generate(mode: str, max_fruitless: int | None = None) -> dict:
+def run_generate(mode: str, max_fruitless: int | None = None, static: bool = False) -> dict:
     """ms per generate() call of a small Llama, median of 5 after 2 warm-up calls;
     adaptive eager's statistics over the warm-up calls and per timed call."""
     import os
@@ -89,7 +91,13 @@ def run_generate(mode: str, max_fruitless: int | None = None) -> dict:
 
     def generate():
         with torch.no_grad():
-            return model.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+            return model.generate(
+                ids,
+                max_new_tokens=32,
+                min_new_tokens=32,
+                do_sample=False,
+                **({"cache_implementation": "static"} if static else {}),
+            )
 
     t0 = time.perf_counter()
     generate()
@@ -143,7 +151,7 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
     if args.host_cost:
         return run_host_cost(mode)
     if args.generate:
-        return run_generate(mode, args.max_fruitless_adaptations)
+        return run_generate(mode, args.max_fruitless_adaptations, args.static_cache)
     device = torch.device("cpu" if mode == "cpu" else "neuron")
     vocab = get_tokenizer().vocab_size
     if args.small:
@@ -190,7 +198,7 @@ def run_child(mode: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--one", mode, "--steps", str(args.steps)]
     cmd += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
     cmd += ["--seq-len", str(args.seq_len), "--seed", str(args.seed)]
-    for flag in ("small", "generate", "host_cost"):
+    for flag in ("small", "generate", "host_cost", "static_cache"):
         if getattr(args, flag):
             cmd.append("--" + flag.replace("_", "-"))
     if args.max_fruitless_adaptations is not None:
@@ -211,6 +219,7 @@ def main() -> None:
     p.add_argument("--compiled", action="store_true", help="also torch.compile")
     p.add_argument("--generate", action="store_true", help="HF generate() of a small Llama")
     p.add_argument("--host-cost", action="store_true", help="host µs per op of a replayed sequence")
+    p.add_argument("--static-cache", action="store_true", help="--generate with a static KV cache")
     p.add_argument(
         "--max-fruitless-adaptations",
         type=int,
@@ -232,7 +241,11 @@ def main() -> None:
     modes = [m for m in MODES if m != "compiled" or args.compiled]
     if args.generate:
         modes = ["cpu", "eager", "adaptive"]
-        print(f"Llama generate() (greedy, 32 new tokens): ms per call, {args.rounds} rounds")
+        cache = "static" if args.static_cache else "dynamic"
+        print(
+            f"Llama generate() (greedy, 32 new tokens, {cache} KV cache): ms per call, "
+            f"{args.rounds} rounds"
+        )
     else:
         size = "small GPT (d64 L4 T32 b4)" if args.small else "GPT (d256 L6 T128 b8)"
         print(f"{size}: ms per training step, median of {args.rounds} rounds of {args.steps}")

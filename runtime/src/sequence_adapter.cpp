@@ -117,8 +117,9 @@ void SequenceAdapter::record(uint64_t identity, uint64_t op) {
       bool known = false;
       for (const Sequence& s : lru_) known |= s.hash == h;
       if (!known) {
-        const uint64_t family =
-            fnv1aWords(std::vector<uint64_t>(ops_.end() - period_, ops_.end()));
+        uint64_t family = kFnv1aBasis;  // as window_family_ is mixed
+        for (size_t k = ops_.size() - period_; k < ops_.size(); ++k)
+          family = fnv1aMix(family, ops_[k]);
         if (period_extra_ == 0 && stopped(family)) {
           // Its family's sequences were never replayed (say the layers of a
           // 2-layer model, decoding with shapes that grow every token: each
@@ -305,9 +306,10 @@ void SequenceAdapter::endWindow() {
       bool adapted = false;
       if (count >= cfg.threshold.load()) {
         if (!within_reach && stopped(window_family_)) {
-          // A family whose sequences were all evicted unreplayed, and a
-          // window that came back too late to be kept: adapting it would
-          // only evict it again (generate()'s decode steps).
+          // A family whose sequences were evicted (or deviated) before a
+          // first replay, and a window that came back too late to be kept:
+          // adapting it would only evict it again (generate()'s decode
+          // steps).
           adaptiveStats().skipped++;
         } else {
           adapt(window_hash_, window_, window_family_);
