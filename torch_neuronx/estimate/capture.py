@@ -190,16 +190,19 @@ class Capture(TorchDispatchMode):
             ) from None
 
     def _ranks(self, group) -> tuple:
-        key = group if isinstance(group, str) else id(group)
-        r = self._group_ranks.get(key)
+        """The global ranks of a collective's group (a group name, a ProcessGroup
+        or its TorchScript box), cached by the group's name: the boxes are
+        transient objects."""
+        if isinstance(group, str):
+            name = group
+        else:
+            if not isinstance(group, dist.ProcessGroup):
+                group = dist.ProcessGroup.unbox(group)
+            name = group.group_name
+        r = self._group_ranks.get(name)
         if r is None:
-            if isinstance(group, str):
-                pg = dist.distributed_c10d._resolve_process_group(group)
-            else:
-                pg = group
-                if not isinstance(pg, dist.ProcessGroup):
-                    pg = dist.ProcessGroup.unbox(pg)
-            r = self._group_ranks[key] = tuple(dist.get_process_group_ranks(pg))
+            pg = dist.distributed_c10d._resolve_process_group(name)
+            r = self._group_ranks[name] = tuple(dist.get_process_group_ranks(pg))
         return r
 
     def _collective_item(self, rule, func, args, kwargs, out) -> None:

@@ -187,6 +187,10 @@ def _decide(op) -> OpRule:
             # which dispatches the c10d op seen as the collective.
             return OpRule(COMPOSITE, name, key=key)
         return OpRule(COLLECTIVE, item, collective=kind)
+    if base == "_c10d_functional::wait_tensor" and composite_key(op) is not None:
+        # Its default kernel waits on the work the collective registered (no
+        # item): run it, so the fake group's work is waited as in a real run.
+        return OpRule(COMPOSITE, name, key=composite_key(op))
     if base.startswith(("c10d::", "_c10d_functional::", "_dtensor::", "profiler::", "prim::")):
         return OpRule(VIEW, name)  # wait_tensor, Work, marks: no item
     if name in NO_ITEM or base in ("aten::set_",):
