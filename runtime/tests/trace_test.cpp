@@ -1,18 +1,16 @@
 // The profiler's view of work items: the host's notes travel with the items,
-// batches and replays record their steps as children, and the Trainium
-// estimate's arithmetic.
+// batches and replays record their steps as children (the Trainium
+// estimate's rules: trainium_estimate_test.cpp).
 #include "neuron_runtime/trace.h"
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "neuron_runtime/captured_work.h"
 #include "neuron_runtime/stream.h"
-#include "neuron_runtime/trainium_estimate.h"
 
 using namespace neuron_rt;
 
@@ -123,49 +121,30 @@ TEST(TraceNotes, RunningItemEstimateAndEngineChildren) {
   EXPECT_FALSE(tracingRunningItem());  // only on a worker, while it runs
 }
 
-TEST(TrainiumEstimate, RooflineTakesTheLongerSidePlusLatency) {
-  const TrainiumModel& m = trainiumModel(Target::kTrn2);
-  // Memory-bound: 1 MB of traffic, few flops.
-  const double bytes = 1 << 20;
-  EXPECT_EQ(rooflineNs(1, bytes, false, 4, m),
-            static_cast<int64_t>(
-                std::llround(bytes / m.hbm_bytes_per_ns + m.fixed_ns)));
-  // Compute-bound matmul: bf16 at the tensor engine's peak, fp32 slower.
-  const double flops = 2.0 * 4096 * 4096 * 4096;
-  const int64_t bf16 = rooflineNs(flops, 1, true, 2, m);
-  const int64_t fp32 = rooflineNs(flops, 1, true, 4, m);
-  EXPECT_NEAR(bf16, flops / m.tensor_bf16_flops_per_ns + m.fixed_ns, 1);
-  EXPECT_GT(fp32, bf16);
-  // A logical core of two NeuronCore-v3 has twice the engines; trn1 has no
-  // logical cores.
-  const TrainiumModel lnc2 = logicalCoreModel(m, 2);
-  EXPECT_NEAR(rooflineNs(flops, 1, true, 2, lnc2) - m.fixed_ns,
-              (bf16 - m.fixed_ns) / 2.0, 1);
-  const TrainiumModel& trn1 = trainiumModel(Target::kTrn1);
-  EXPECT_EQ(logicalCoreModel(trn1, 2).tensor_bf16_flops_per_ns,
-            trn1.tensor_bf16_flops_per_ns);
-}
 
-TEST(TrainiumEstimate, CollectivesGrowWithRanksAndBytes) {
-  const TrainiumModel& m = trainiumModel(Target::kTrn2);
-  EXPECT_EQ(collectiveNs(CollectiveShape::kAllReduce, 1 << 20, 1, m),
-            static_cast<int64_t>(m.fixed_ns));  // one rank: nothing to send
-  const int64_t two = collectiveNs(CollectiveShape::kAllReduce, 1 << 20, 2, m);
-  const int64_t eight =
-      collectiveNs(CollectiveShape::kAllReduce, 1 << 20, 8, m);
-  EXPECT_GT(eight, two);
-  EXPECT_GT(collectiveNs(CollectiveShape::kAllReduce, 1 << 24, 8, m), eight);
-  // A ring all-reduce sends twice what an all-gather of the same size does.
-  EXPECT_GT(collectiveNs(CollectiveShape::kAllReduce, 1 << 24, 8, m),
-            collectiveNs(CollectiveShape::kAllGather, 1 << 24, 8, m));
-}
-
-TEST(TrainiumEstimate, TargetSelection) {
-  const Target before = trainiumModel().target;
-  setTrainiumTarget(Target::kTrn1);
-  EXPECT_EQ(trainiumModel().target, Target::kTrn1);
-  EXPECT_EQ(trainiumModel().name, "trn1");
-  setTrainiumTarget(Target::kTrn3);
-  EXPECT_EQ(trainiumModel().name, "trn3");
-  setTrainiumTarget(before);
+TEST(TraceNotes, EstimatePartsTravelAsFields) {
+  Trace trace;
+  trace.enable(true);
+  Stream s(0, 0, 0, &trace);
+  ItemNote& n = pendingNote();
+  n.set = true;
+  n.parts = EstimateParts{100, 50, 20, 30};
+  n.has_parts = true;
+  n.estimate_ns = 140;
+  s.enqueue("with parts", [] {});
+  // A cost model's total replaces the host's estimate: no parts then.
+  ItemNote& k = pendingNote();
+  k.set = true;
+  k.parts = EstimateParts{1, 1, 1, 0};
+  k.has_parts = true;
+  s.enqueue("kernel", [] { setRunningItemEstimate(999); });
+  s.synchronize();
+  auto recs = trace.drain();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_TRUE(recs[0].note.has_parts);
+  EXPECT_DOUBLE_EQ(recs[0].note.parts.compute_ns, 100);
+  EXPECT_DOUBLE_EQ(recs[0].note.parts.overlap_ns, 30);
+  EXPECT_DOUBLE_EQ(recs[0].note.parts.totalNs(), 140);
+  EXPECT_EQ(recs[1].note.estimate_ns, 999);
+  EXPECT_FALSE(recs[1].note.has_parts);
 }

@@ -2,28 +2,32 @@
 
 Every device item the runtime traced while a ``torch.profiler.profile`` ran has a
 measured time (on the simulated device) and, when the host described its work, an
-estimated Trainium time (``estimate_ns``). For a roofline item the estimate is::
+estimated Trainium time (``estimate_ns``) with its parts (the device items'
+``estimate_compute_ns``, ``estimate_dma_ns``, ``estimate_latency_ns``,
+``estimate_overlap_ns``; docs/profiling.md "Estimated Trainium time")::
 
-    estimate = max(compute, memory) + fixed
-    compute  = flops / peak          (peak: tensor engine bf16 or fp32, or vector engines)
-    memory   = bytes / hbm_bandwidth
-    fixed    = the per-item latency (DMA setup and completion)
+    estimate = compute + dma + latency - overlap
+    compute  = the engines' time (matmuls in whole PE-array tiles, or the vector engines)
+    dma      = the DMA queues' time (each transfer at its size's efficiency); for a
+               collective, its bytes on the slowest link its ring crosses
+    latency  = the fixed costs (an eager op's launch, the first DMA's start, a
+               collective's steps)
+    overlap  = compute and DMA at once (tiles pipelined)
 
-with the constants of ``torch_neuronx._C._profiler_target()`` (per NeuronCore; trn2 by
+with the model of ``torch_neuronx._C._profiler_target()`` (per device; trn2 by
 default, ``TORCH_NEURONX_PROFILE_TARGET=trn1`` or ``_C._profiler_set_target``). The
-summary splits each item back into these parts and calls it
+summary takes each item's parts and calls it
 
 * ``"compute"`` when ``compute`` is the largest part,
-* ``"memory"`` when ``memory`` is,
+* ``"memory"`` when ``dma`` is,
 * ``"latency"`` when the fixed cost is (the item is too small to matter on its own;
   many of them mean launch-bound work),
-* ``"network"`` for a collective whose link time (``bytes / link_bandwidth``) is larger
-  than its latency part, else ``"latency"``.
+* ``"network"`` for a collective whose link time (its ``dma`` part) is larger than its
+  latency part, else ``"latency"``.
 
-Which peak an item's flops ran at is the item's ``engine`` (the host said so when it
-queued the item, and its estimate used it): the tensor engine at bf16 or fp32 for
-matrix products and convolutions, the vector engines' rate otherwise; an NKI kernel's
-matmul flops count at the tensor engine's fp32 peak (its estimate is its cost model's).
+An item whose estimate has no parts (an NKI kernel: its cost model gives a total) is
+split as a roofline of its flops at its ``engine``'s peak and its bytes at the HBM
+bandwidth, plus the model's per-item fixed cost.
 """
 
 from __future__ import annotations
@@ -51,52 +55,68 @@ def target() -> dict[str, Any]:
 def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.DataFrame:
     """items (a :func:`tables.device_items` table) with each item's estimate split up.
 
-    Added columns (ns unless said): ``compute_ns`` (flops / the peak of the item's
-    ``engine``), ``memory_ns`` (bytes / HBM bandwidth), ``fixed_ns`` (the model's
-    per-item latency, for items with an estimate), ``network_ns`` (collectives:
-    bytes / link bandwidth), ``bound`` (the largest part's name; ``""`` without an
-    estimate or with a zero one), ``has_children``, ``leaf`` (a top-level item
-    without children, or a child that is not an engine: what sums without counting
-    work twice).
+    Added columns (ns unless said): ``compute_ns``, ``memory_ns`` (its DMA part),
+    ``fixed_ns`` (its latency part), ``overlap_ns``, ``network_ns`` (a collective's
+    DMA part, on the links; its ``memory_ns`` is 0): the estimate's parts, so
+    ``compute + memory + network + fixed - overlap == estimate_ns`` (to rounding);
+    for an estimate without parts, a roofline of the item's flops and bytes plus the
+    model's fixed cost (``overlap_ns`` 0). ``bound``: the largest part's name
+    (``""`` without an estimate or with a zero one); ``has_children``; ``leaf`` (a
+    top-level item without children, or a child that is not an engine: what sums
+    without counting work twice).
     """
     m = model or target()
     df = items.copy()
+    n = len(df)
     flops = df["flops"].to_numpy(dtype=float)
     nbytes = df["bytes"].to_numpy(dtype=float)
     est = df["estimate_ns"].to_numpy(dtype=float)
+    category = df["category"].astype(str).to_numpy()
+    collective = category == "collective"
+
+    def part(name: str) -> np.ndarray:
+        col = f"estimate_{name}_ns"
+        if col not in df.columns:
+            return np.full(n, np.nan)
+        return df[col].to_numpy(dtype=float)
+
+    p_compute, p_dma, p_latency, p_overlap = (
+        part("compute"),
+        part("dma"),
+        part("latency"),
+        part("overlap"),
+    )
+    has_parts = (est >= 0) & ~np.isnan(p_compute)
+
+    # Without parts: the roofline of the item's flops and bytes.
     fixed = float(m["fixed_ns"])
-    memory = nbytes / float(m["hbm_bytes_per_ns"])
     peaks = {
         "tensor_bf16": float(m["tensor_bf16_flops_per_ns"]),
         "tensor_fp32": float(m["tensor_fp32_flops_per_ns"]),
+        "tensor_fp8": float(m.get("tensor_fp8_flops_per_ns", m["tensor_bf16_flops_per_ns"])),
         "vector": float(m["vector_elems_per_ns"]),
     }
-    # The engine the host estimated the item's flops on (its roofline's peak;
-    # an NKI kernel's matmul flops: the tensor engine at fp32).
     engine = df["engine"].fillna("").astype(str).to_numpy(dtype=object)
-    compute = np.array(
+    roof_compute = np.array(
         [f / peaks[e] if f > 0 and e in peaks else 0.0 for f, e in zip(flops, engine, strict=True)]
     )
+    roof_memory = nbytes / float(m["hbm_bytes_per_ns"])
 
-    category = df["category"].astype(str).to_numpy()
+    compute = np.where(has_parts, np.nan_to_num(p_compute), roof_compute)
+    dma = np.where(has_parts, np.nan_to_num(p_dma), np.where(collective, 0.0, roof_memory))
+    fixed_col = np.where(has_parts, np.nan_to_num(p_latency), np.where(est >= 0, fixed, 0.0))
+    overlap = np.where(has_parts, np.nan_to_num(p_overlap), 0.0)
+    memory = np.where(collective, 0.0, dma)
+    network = np.where(collective, dma, 0.0)
+
     parent = df["parent"].to_numpy()
-    has_children = np.zeros(len(df), dtype=bool)
+    has_children = np.zeros(n, dtype=bool)
     has_children[parent[parent >= 0]] = True
     is_engine = category == "engine"
     leaf = (~has_children) & (~is_engine)
 
-    network = np.where(category == "collective", nbytes / float(m["link_bytes_per_ns"]), 0.0)
-    fixed_col = np.where(est >= 0, fixed, 0.0)
-    # A program's parts are its steps' (its estimate is their sum).
-    for i in np.flatnonzero(has_children):
-        kids = (parent == i) & ~is_engine
-        if kids.any() and compute[i] == 0 and memory[i] == 0:
-            compute[i] = compute[kids].sum()
-            memory[i] = memory[kids].sum()
-            fixed_col[i] = fixed * int((kids & (est >= 0)).sum())
-
-    bound = np.array([""] * len(df), dtype=object)
-    for i in range(len(df)):
+    bound = np.array([""] * n, dtype=object)
+    for i in range(n):
         if est[i] <= 0:
             continue
         bound[i] = _bound(compute[i], memory[i], fixed_col[i], network[i], category[i])
@@ -104,6 +124,7 @@ def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.D
     df["compute_ns"] = compute
     df["memory_ns"] = memory
     df["fixed_ns"] = fixed_col
+    df["overlap_ns"] = overlap
     df["network_ns"] = network
     df["bound"] = bound
     df["has_children"] = has_children
@@ -173,7 +194,8 @@ def step_summary(prof, steps=None, top: int = 10) -> dict[str, Any]:
       ``estimated_busy_ns``: the same union over the estimated timeline;
     * ``flops``, ``bytes``: sums over leaf items (a program's steps, not the program);
     * ``compute_ns``, ``memory_ns``, ``latency_ns``, ``network_ns``: sums of the leaf
-      items' parts; ``bound``: the largest;
+      items' parts; ``bound``: the largest; ``overlap_ns``: the sum of the leaf
+      items' overlap (compute and DMA at once, subtracted from the others);
     * ``mfu``: estimated model-flops utilisation =
       ``flops / (tensor_bf16_flops_per_ns * estimated_busy_ns)`` (0 when nothing
       was estimated);
@@ -266,6 +288,7 @@ def step_summary(prof, steps=None, top: int = 10) -> dict[str, Any]:
         "memory_ns": parts["memory"],
         "latency_ns": parts["latency"],
         "network_ns": parts["network"],
+        "overlap_ns": float(leaf_est["overlap_ns"].sum()),
         "bound": overall,
         "mfu": mfu,
         "per_step": {

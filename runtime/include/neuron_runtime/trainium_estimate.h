@@ -29,31 +29,38 @@ namespace neuron_rt {
 struct TrainiumModel {
   Target target;
   std::string name;    // targetName(target): "trn2"
-  int physical_cores;  // NeuronCores this model spans (LNC); 1 per core
-  double tensor_bf16_flops_per_ns;  // per core, dense bf16/fp16
-  double tensor_fp32_flops_per_ns;  // per core
-  double tensor_fp8_flops_per_ns;   // per core, dense fp8
-  double vector_elems_per_ns;       // Vector/Scalar engines, elementwise
-  double hbm_bytes_per_ns;          // per core: the DMA queues' peak
-  double link_bytes_per_ns;         // collective bandwidth per core
-  double fixed_ns;                  // per item: DMA setup and completion
-  double hop_latency_ns;            // per ring step of a collective
-  double launch_ns;                 // per eager item: the op's launch
-  // The PE array: `pe_rows` partitions (the contraction dim), `pe_cols`
-  // stationary columns, a moving tile of up to `moving_free` columns.
-  int pe_rows;
-  int pe_cols;
-  int moving_free;
-  // DMA efficiency by transfer size: a transfer of b bytes takes
-  // b / peak + dma_fixed_bytes / peak, i.e. it reaches half the peak at
-  // dma_fixed_bytes (the size-independent cost, in bytes of peak transfer).
-  double dma_fixed_bytes;
-  // Topology: NeuronLink between the chips of a host, EFA between hosts.
-  double chip_link_bytes_per_ns;  // per chip, NeuronLink
-  double host_link_bytes_per_ns;  // per host, EFA
+  int physical_cores;  // NeuronCores this model spans (its LNC)
+  // The tensor engine, per model (a logical core: its cores' together).
+  double tensor_bf16_flops_per_ns;  // dense bf16/fp16: the published peak
+  double tensor_fp32_flops_per_ns;
+  double tensor_fp8_flops_per_ns;
+  double tensor_ghz;
+  int pe_rows;    // contraction (partition) dim of the PE array: 128
+  int pe_cols;    // stationary tile width: 128
+  int moving_free;  // moving tile's free size: up to 512
+  double min_matmul_cycles;  // a matmul instruction's minimum
+  // Elementwise work: the Vector and Scalar engines side by side, 128 lanes
+  // each at its own clock.
+  double vector_elems_per_ns;
+  // Memory: the core's share of HBM, at most its DMA engines' peak.
+  double hbm_bytes_per_ns;
+  double dma_start_ns;  // a DMA transfer's start, once per item
+  double dma_half_payload_bytes;  // payload per partition at half the peak
+  double launch_ns;  // an eager item's launch
+  // An eager item's fixed cost: launch_ns + dma_start_ns (what the
+  // profiler's summary calls its latency).
+  double fixed_ns;
+  // Collectives.
+  double link_bytes_per_ns;  // the chip's NeuronLink over its cores (x LNC)
+  double cc_bytes_per_ns;    // a chip's collective throughput
+  double chip_link_bytes_per_ns;  // a chip's NeuronLink
+  double host_link_bytes_per_ns;  // a host's EFA
+  int cores_per_chip;             // physical
   int chips_per_host;
-  double chip_hop_latency_ns;  // a collective step between chips
-  double host_hop_latency_ns;  // a collective step between hosts
+  double collective_fixed_ns;
+  double hop_latency_ns;       // a step within a chip
+  double link_hop_latency_ns;  // a step between chips
+  double efa_hop_latency_ns;   // a step between hosts
 };
 
 // The model of one NeuronCore of `target`.
@@ -77,6 +84,16 @@ struct MatmulShape {
   double n = 0;
 };
 
+// One DMA transfer: `bytes` of a tensor spread over up to 128 partitions
+// (one element at least on each used), moved as each partition's payload,
+// at most `row_bytes` contiguous bytes at a time (a strided tensor's
+// contiguous run).
+struct Transfer {
+  double bytes = 0;
+  double row_bytes = 0;      // 0: contiguous throughout
+  double element_bytes = 0;  // 0: unknown (all 128 partitions used)
+};
+
 // What an item does, as the model sees it.
 struct ItemWork {
   // Tensor-engine flops (2 per multiply-add), or, off the tensor engine,
@@ -88,21 +105,33 @@ struct ItemWork {
   // The matrix products making up `flops` (tile quantisation); when empty a
   // tensor-engine item's flops are taken at the peak.
   std::vector<MatmulShape> matmuls;
-  // The item's DMA transfers in bytes (an eager op: one per tensor); empty:
-  // `bytes` as one transfer.
-  std::vector<double> transfers;
+  // The item's DMA transfers (an eager op: one per tensor); empty: `bytes`
+  // as one contiguous transfer.
+  std::vector<Transfer> transfers;
   bool launch = true;  // pays the eager op launch cost (an eager item)
 };
 
 // The estimate of one item on `m`.
 EstimateParts estimateItem(const ItemWork& w, const TrainiumModel& m);
-// A compiled program of `steps` (each estimated alone by estimateItem,
-// without a launch): one launch, its steps pipelined.
+// A compiled program of `steps` (each estimated alone by estimateItem): one
+// launch and one DMA start, its steps pipelined: compute and DMA summed over
+// the steps, overlapping as far as the shorter of the two.
 EstimateParts programEstimate(const std::vector<EstimateParts>& steps,
                               const TrainiumModel& m);
 // The engine estimateItem takes the item's flops to: "tensor_bf16",
-// "tensor_fp32", "vector", or "" when it has no flops.
+// "tensor_fp32", "tensor_fp8" (1-byte dtypes), "vector", or "" when it has
+// no flops.
 const char* engineName(double flops, bool tensor_engine, int element_bytes);
+
+// The parts of estimateItem, each a rule of its own (docs/profiling.md):
+// the tensor engine's time for one matmul in whole PE-array tiles;
+double matmulNs(const MatmulShape& s, int element_bytes,
+                const TrainiumModel& m);
+// the efficiency of a DMA moving `payload` contiguous bytes per partition
+// (0..1, rising with the payload);
+double dmaEfficiency(double payload_bytes, const TrainiumModel& m);
+// the DMA queues' time for one transfer.
+double transferNs(const Transfer& t, const TrainiumModel& m);
 
 // An op's estimate from its flops and bytes only (no tile shapes, one
 // transfer): estimateItem's total, rounded.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -189,12 +190,20 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
     // Children: steps one after another from the item's estimated start;
     // an engine (recorded when its kernel finished) from the start of the
     // step it ran in, or the item's.
-    int64_t step_at = item.estimate_start_ns;
+    // A compiled program's steps overlap (its estimate is below their sum):
+    // their places are scaled into the program's span, in order.
+    const double scale =
+        child_sum > 0 && item.estimate_ns >= 0 &&
+                static_cast<double>(item.estimate_ns) < child_sum
+            ? static_cast<double>(item.estimate_ns) / child_sum
+            : 1.0;
+    double step_at = 0;
     for (size_t k = at + 1; k < out.size(); ++k) {
       DeviceItem& c = out[k];
       if (c.category == "engine") continue;
-      c.estimate_start_ns = step_at;
-      step_at += std::max<int64_t>(c.estimate_ns, 0);
+      c.estimate_start_ns =
+          item.estimate_start_ns + static_cast<int64_t>(std::llround(step_at));
+      step_at += scale * static_cast<double>(std::max<int64_t>(c.estimate_ns, 0));
     }
     for (size_t k = at + 1; k < out.size(); ++k) {
       DeviceItem& c = out[k];

@@ -154,7 +154,9 @@ neuron_rt::ItemWork eagerOpWork(const char* name,
     const double n = numel(t.sizes);
     const double b = n * static_cast<double>(t.itemsize);
     w.bytes += b;
-    if (b > 0) w.transfers.push_back(b);
+    if (b > 0)
+      w.transfers.push_back(
+          neuron_rt::Transfer{b, 0, static_cast<double>(t.itemsize)});
     largest = std::max(largest, n);
     if (element_bytes == 0) element_bytes = static_cast<int>(t.itemsize);
   }
@@ -207,7 +209,7 @@ void noteCopyItem(int64_t bytes) {
 neuron_rt::ItemWork copyWork(int64_t bytes) {
   neuron_rt::ItemWork w;
   w.bytes = static_cast<double>(bytes);
-  w.transfers.push_back(w.bytes);
+  w.transfers.push_back(neuron_rt::Transfer{w.bytes, 0});
   w.launch = false;  // a DMA queued as it is, no op to launch
   return w;
 }

@@ -18,15 +18,34 @@ py::dict specDict(const neuron_rt::HardwareSpec& s) {
   d["logical_cores"] = s.logical_cores;
   d["tensor_bf16_tflops"] = s.tensor_bf16_tflops;
   d["tensor_fp32_tflops"] = s.tensor_fp32_tflops;
+  d["tensor_fp8_tflops"] = s.tensor_fp8_tflops;
   d["hbm_gb_per_s"] = s.hbm_gb_per_s;
   d["link_gb_per_s"] = s.link_gb_per_s;
+  d["cc_cores"] = s.cc_cores;
+  d["core_tensor_bf16_tflops"] = s.core_tensor_bf16_tflops;
+  d["core_tensor_fp32_tflops"] = s.core_tensor_fp32_tflops;
+  d["core_tensor_fp8_tflops"] = s.core_tensor_fp8_tflops;
+  d["sbuf_mib"] = s.sbuf_mib;
+  d["dma_engines"] = s.dma_engines;
+  d["dma_engine_gb_per_s"] = s.dma_engine_gb_per_s;
   d["tensor_ghz"] = s.tensor_ghz;
   d["vector_ghz"] = s.vector_ghz;
   d["scalar_ghz"] = s.scalar_ghz;
   d["gpsimd_ghz"] = s.gpsimd_ghz;
+  d["instance"] = s.instance;
+  d["chips_per_host"] = s.chips_per_host;
+  d["efa_gbps"] = s.efa_gbps;
+  d["dma_start_ns"] = s.dma_start_ns;
   d["dma_latency_ns"] = s.dma_latency_ns;
   d["dma_issue_ns"] = s.dma_issue_ns;
+  d["dma_half_payload_bytes"] = s.dma_half_payload_bytes;
+  d["launch_ns"] = s.launch_ns;
+  d["min_matmul_cycles"] = s.min_matmul_cycles;
+  d["cc_gb_per_s"] = s.cc_gb_per_s;
+  d["collective_fixed_ns"] = s.collective_fixed_ns;
   d["hop_latency_ns"] = s.hop_latency_ns;
+  d["link_hop_latency_ns"] = s.link_hop_latency_ns;
+  d["efa_hop_latency_ns"] = s.efa_hop_latency_ns;
   return d;
 }
 

@@ -61,13 +61,31 @@ py::list lastItems() {
 py::dict modelDict(const neuron_rt::TrainiumModel& m) {
   py::dict d;
   d["name"] = m.name;
+  d["physical_cores"] = m.physical_cores;
   d["tensor_bf16_flops_per_ns"] = m.tensor_bf16_flops_per_ns;
   d["tensor_fp32_flops_per_ns"] = m.tensor_fp32_flops_per_ns;
+  d["tensor_fp8_flops_per_ns"] = m.tensor_fp8_flops_per_ns;
+  d["tensor_ghz"] = m.tensor_ghz;
+  d["pe_rows"] = m.pe_rows;
+  d["pe_cols"] = m.pe_cols;
+  d["moving_free"] = m.moving_free;
+  d["min_matmul_cycles"] = m.min_matmul_cycles;
   d["vector_elems_per_ns"] = m.vector_elems_per_ns;
   d["hbm_bytes_per_ns"] = m.hbm_bytes_per_ns;
-  d["link_bytes_per_ns"] = m.link_bytes_per_ns;
+  d["dma_start_ns"] = m.dma_start_ns;
+  d["dma_half_payload_bytes"] = m.dma_half_payload_bytes;
+  d["launch_ns"] = m.launch_ns;
   d["fixed_ns"] = m.fixed_ns;
+  d["link_bytes_per_ns"] = m.link_bytes_per_ns;
+  d["cc_bytes_per_ns"] = m.cc_bytes_per_ns;
+  d["chip_link_bytes_per_ns"] = m.chip_link_bytes_per_ns;
+  d["host_link_bytes_per_ns"] = m.host_link_bytes_per_ns;
+  d["cores_per_chip"] = m.cores_per_chip;
+  d["chips_per_host"] = m.chips_per_host;
+  d["collective_fixed_ns"] = m.collective_fixed_ns;
   d["hop_latency_ns"] = m.hop_latency_ns;
+  d["link_hop_latency_ns"] = m.link_hop_latency_ns;
+  d["efa_hop_latency_ns"] = m.efa_hop_latency_ns;
   return d;
 }
 
