@@ -391,17 +391,23 @@ def plan_generate(
             [lay.local(p) for p in m.parameters()] + [ids] + [lay.local(b) for b in m.buffers()]
         )
         cap = planner.capture()
+        # The KV cache's keyword: `cache` in recent transformers, before it
+        # `past_key_values` (still accepted, with a deprecation warning).
+        import inspect
+
         from transformers import DynamicCache
+
+        kw = "cache" if "cache" in inspect.signature(m.forward).parameters else "past_key_values"
 
         def run():
             cap.phase = planner.memory.phase = "prefill"
             cache = DynamicCache(config=cfg)
-            out = m(input_ids=ids, past_key_values=cache, use_cache=True)
+            out = m(input_ids=ids, use_cache=True, **{kw: cache})
             nxt = out.logits[:, -1, :].argmax(-1, keepdim=True)
             done = sum(k[4].estimate_ns * n for k, n in cap.counts.items())
             cap.phase = planner.memory.phase = "decode"
             for _ in range(new_tokens - 1):
-                out = m(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+                out = m(input_ids=nxt, use_cache=True, **{kw: cache})
                 nxt = out.logits[:, -1, :].argmax(-1, keepdim=True)
             return done
 
