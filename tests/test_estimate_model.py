@@ -212,3 +212,67 @@ def test_collective_binding_equals_a_real_run(tmp_path):
                 assert not math.isnan(got) and got == pytest.approx(want[p]), detail
             checked += 1
     assert checked >= 10
+
+
+def test_parts_in_the_chrome_trace(tmp_path):
+    """The estimated track's events carry the parts (us), adding up to their duration;
+    the measured item has them as ``estimate <part> us``."""
+    a = torch.randn(300, 200, device="neuron")
+    torch.neuron.synchronize()
+    with profile(activities=ACTS) as prof:
+        a @ a.t()
+        torch.neuron.synchronize()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    estimated = [e for e in events if e.get("args", {}).get("estimate") and e["name"] == "aten::mm"]
+    measured = [e for e in events if "estimate compute us" in e.get("args", {})]
+    assert estimated and measured
+    args = estimated[0]["args"]
+    total = args["compute us"] + args["dma us"] + args["latency us"] - args["overlap us"]
+    assert total == pytest.approx(estimated[0]["dur"], abs=0.01)
+    m = measured[0]["args"]
+    assert m["estimate compute us"] == pytest.approx(args["compute us"])
+    # The table rebuilt from a profile's trace alone (when another profile finished
+    # since) keeps the parts. (A profile's chrome trace exports its device args
+    # once: a second profile.)
+    with profile(activities=ACTS) as again:
+        a @ a.t()
+        torch.neuron.synchronize()
+    items = tables._rebuild_items(
+        again, tables._device_events(again), tables._trace_start_ns(again)
+    )
+    [mm] = [it for it in items if it["name"] == "aten::mm"]
+    assert mm["estimate_compute_ns"] == pytest.approx(args["compute us"] * 1e3, rel=1e-6)
+    assert mm["estimate_overlap_ns"] == pytest.approx(args["overlap us"] * 1e3, rel=1e-6)
+
+
+def test_model_rules_through_the_binding():
+    """The rules as a user sees them: whole PE-array tiles, DMA efficiency rising with
+    the transfer, overlap within its bounds (docs/profiling.md "Estimated Trainium
+    time")."""
+
+    def mm(m, k, n, itemsize=2):
+        return _C._estimate_op("aten::mm", [[m, k], [k, n], [m, n]], [itemsize] * 3, "trn2", 1)
+
+    # A 129-deep contraction costs as a 256-deep one (two tiles of the 128 partitions).
+    assert mm(512, 129, 512)["compute_ns"] == pytest.approx(mm(512, 256, 512)["compute_ns"])
+    # Full tiles run at the published peak: 79 TFLOPS bf16 per NeuronCore-v3.
+    full = mm(1024, 1024, 1024)
+    assert full["compute_ns"] == pytest.approx(2 * 1024**3 / 79e3)
+    # DMA: bytes per ns rise with the transfer's size, toward the core's bandwidth.
+    rates = []
+    for n in (16, 256, 4096, 65536, 1 << 20):
+        d = _C._estimate_op("aten::neg", [[n], [n]], [4, 4], "trn2", 1)
+        rates.append(d["bytes"] / d["dma_ns"])
+    assert rates == sorted(rates) and rates[-1] <= 2900 / 8
+    # Overlap: none for a one-tile op, nearly the shorter side for a large one.
+    small = mm(64, 64, 64)
+    assert small["overlap_ns"] == 0
+    big = mm(4096, 4096, 4096)
+    assert big["overlap_ns"] > 0.99 * min(big["compute_ns"], big["dma_ns"])
+    assert big["overlap_ns"] <= min(big["compute_ns"], big["dma_ns"])
+    # fp8 on the tensor engine at its own rate.
+    fp8 = mm(1024, 1024, 1024, itemsize=1)
+    assert fp8["engine"] == "tensor_fp8"
+    assert fp8["compute_ns"] == pytest.approx(full["compute_ns"] / 2)
