@@ -200,9 +200,12 @@ def _rank_worker(cfg_json: str, tp: int, fsdp: int, seq: int, batch: int, out: s
     step()
     torch.neuron.synchronize()
     dist.barrier()
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
     items = _profiled_items(step)
     if rank == 0:
-        Path(out).write_text(json.dumps(items))
+        peak = torch.neuron.max_memory_allocated()
+        Path(out).write_text(json.dumps({"items": items, "base": base, "peak": peak}))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -222,7 +225,8 @@ def test_fake_layout_matches_real_job(tmp_path):
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     results = run_ranks(__file__, 4, timeout=300, args=("worker", *args), env={"PYTHONPATH": path})
     check_all_ok(results)
-    real = {k: tuple(v) for k, v in json.loads(out.read_text()).items()}
+    got = json.loads(out.read_text())
+    real = {k: tuple(v) for k, v in got["items"].items()}
     real = {k: v for k, v in real.items() if k not in ("event_record", "event_wait")}
     target, lnc = _profile_target()
     r = estimate.estimate_training(
@@ -239,6 +243,39 @@ def test_fake_layout_matches_real_job(tmp_path):
     assert sum(planned[a][0] for a in adds) == sum(real[a][0] for a in adds)
     real_total = sum(ns for _, ns in real.values())
     assert r.serial_s * 1e9 == pytest.approx(real_total, rel=0.01)
+    # Rank 0's device memory: held before the step, and the step's peak.
+    assert r.hbm_at_start_bytes == pytest.approx(got["base"], rel=0.05)
+    assert r.hbm_peak_bytes == pytest.approx(got["peak"], rel=0.05)
+
+
+def test_memory_peak_matches_real_step():
+    """One device: the bytes held before the step and the step's peak, planned,
+    against the caching allocator's memory_allocated / max_memory_allocated."""
+    cfg_d = {**TINY_QWEN3, "hidden_size": 512, "intermediate_size": 1024, "vocab_size": 4096}
+    cfg_d.update(num_attention_heads=8, num_key_value_heads=4, head_dim=64)
+    B, S = 2, 256
+    torch.manual_seed(0)
+    cfg = models.hf_config(cfg_d)
+    m = models.build_hf_causal_lm(cfg, torch.float32).to("neuron")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg.vocab_size, (B, S)).to("neuron")
+
+    def step():
+        m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    torch.neuron.synchronize()
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    step()
+    torch.neuron.synchronize()
+    peak = torch.neuron.max_memory_allocated()
+    r = estimate.estimate_training(cfg_d, seq_len=S, batch=B, dtype="fp32")
+    assert r.hbm_at_start_bytes == pytest.approx(base, rel=0.01)
+    assert r.hbm_peak_bytes == pytest.approx(peak, rel=0.01)
+    assert r.hbm_peak_bytes > 1.5 * r.hbm_at_start_bytes
 
 
 @pytest.fixture(scope="module")

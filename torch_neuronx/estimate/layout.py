@@ -188,3 +188,19 @@ def real_foreach(params) -> bool:
 
 def local(t: torch.Tensor) -> torch.Tensor:
     return getattr(t, "_local_tensor", t)
+
+
+def fsdp_resizable_tensors(model) -> list:
+    """The tensors whose storage FSDP2 allocates and frees in place (each
+    parameter's all-gather outputs and unsharded inner tensors), once its lazy
+    initialisation has run (the first forward)."""
+    out = []
+    for mod in model.modules():
+        get = getattr(mod, "_get_fsdp_state", None)
+        if get is None:
+            continue
+        for group in getattr(get(), "_fsdp_param_groups", None) or ():
+            for fp in group.fsdp_params:
+                out.extend(getattr(fp, "all_gather_outputs", ()) or ())
+                out.extend(getattr(fp, "_unsharded_inner_tensors", ()) or ())
+    return out

@@ -21,6 +21,11 @@ class MemoryTracker:
         self.live = 0
         self.peak = 0
         self._seen: dict = {}  # storage key -> bytes
+        # Storages resized in place (FSDP2 allocates and frees its unsharded
+        # parameters with UntypedStorage.resize_, which no operator shows):
+        # [weakref to the storage, its key], their current size read at each
+        # operator that makes a tensor.
+        self._resizable: list = []
         self.by_phase_peak: dict = {}
         self.phase = "step"
 
@@ -28,6 +33,43 @@ class MemoryTracker:
         """The peak from now on (after an unrecorded warm-up step)."""
         self.peak = self.live
         self.by_phase_peak = {}
+
+    def track_resizable(self, tensors) -> None:
+        """Follows the sizes of these tensors' storages from now on."""
+        have = {k for _, k in self._resizable}
+        for t in tensors:
+            if not (isinstance(t, torch.Tensor) and t.device.type == "neuron"):
+                continue
+            st = t.untyped_storage()
+            key = st._cdata
+            if key in have:
+                continue
+            have.add(key)
+            if key not in self._seen:
+                self._seen[key] = 0
+                weakref.finalize(st, self._free, key)
+            self._resizable.append((weakref.ref(st), key))
+        self._poll()
+
+    def _poll(self) -> None:
+        seen = self._seen
+        for ref, key in self._resizable:
+            st = ref()
+            if st is None or key not in seen:
+                continue
+            n = st.nbytes()
+            old = seen[key]
+            if n != old:
+                seen[key] = n
+                self.live += n - old
+        self._note_peak()
+
+    def _note_peak(self) -> None:
+        if self.live > self.peak:
+            self.peak = self.live
+        p = self.by_phase_peak
+        if self.live > p.get(self.phase, 0):
+            p[self.phase] = self.live
 
     def _add_storage(self, st) -> None:
         key = st._cdata
@@ -56,9 +98,14 @@ class MemoryTracker:
             self._add_storage(t.untyped_storage())
 
     def produced(self, out) -> None:
+        if self._resizable:
+            self._poll()
+        self._produced(out)
+
+    def _produced(self, out) -> None:
         if isinstance(out, torch.Tensor):
             if out.device.type == "neuron":
                 self._add_storage(out.untyped_storage())
         elif isinstance(out, (list, tuple)):
             for o in out:
-                self.produced(o)
+                self._produced(o)

@@ -317,6 +317,7 @@ def plan_training(
                 cap.recording = False
                 step()
                 cap.recording = True
+                planner.memory.track_resizable(lay.fsdp_resizable_tensors(m))
                 planner.memory.reset_peak()
             step()
         wall = time.perf_counter() - t0
