@@ -317,8 +317,11 @@ void SequenceAdapter::endWindow() {
           adapted = true;
         }
       }
-      if (!adapted && ++fruitless_ >= cfg.max_fruitless_windows.load() &&
-          lru_.empty()) {
+      // A stopped family's windows are not counted: its stop accounts for
+      // them, and counting them would give the whole stream up (a training
+      // step after generate() would run plain) once its sequences are gone.
+      if (!adapted && !stopped(window_family_) &&
+          ++fruitless_ >= cfg.max_fruitless_windows.load() && lru_.empty()) {
         giveUp(
             "its windows of work between synchronizations never repeated "
             "(shapes changing every step?)");
