@@ -26,9 +26,11 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "profiling.md"
 
 @pytest.fixture(scope="module")
 def rows():
-    # Every row, estimated once for the module (the NKI tutorial matmuls at
-    # their published size take most of the time).
-    return V.compute()
+    # Every row, estimated once for the module: the NKI rows (the tutorial
+    # matmuls at their published size take ~30 s) in a second process while
+    # this one makes the planning runs (~30 s, shared by the rows reading the
+    # same run).
+    return V.compute(jobs=2)
 
 
 def test_figures_are_published_rows_with_sources():
