@@ -168,10 +168,14 @@ def test_fake_step_matches_real_profile_custom_gpt():
     _compare(real, r)
 
 
-def _rank_worker(cfg_json: str, tp: int, fsdp: int, seq: int, batch: int, out: str) -> None:
+def _rank_worker(
+    cfg_json: str, tp: int, fsdp: int, seq: int, batch: int, sp: int, out: str
+) -> None:
     """One rank of a real job (run by test_fake_layout_matches_real_job): the
-    planner's own layout code (TP plan, FSDP2) over the neuron process group, a
-    steady training step profiled, rank 0's top-level items written to ``out``."""
+    planner's own layout code (TP plan, sequence parallel if ``sp``, FSDP2)
+    over the neuron process group, a steady training step profiled, rank 0's
+    top-level items written to ``out`` — with the first step's loss and that of
+    the same model unsharded on rank 0 (same seed, same batch)."""
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -183,21 +187,29 @@ def _rank_worker(cfg_json: str, tp: int, fsdp: int, seq: int, batch: int, out: s
     dist.init_process_group("neuron", timeout=timedelta(seconds=120))
     lo = lay.Layout(tp, fsdp, 1)
     _, tp_mesh, shard_mesh = lay.device_mesh(lo)
-    torch.manual_seed(0)
     cfg = models.hf_config(json.loads(cfg_json))
+    torch.manual_seed(0)
+    with torch.device("neuron"):
+        ref = models.build_hf_causal_lm(cfg, torch.float32)
+    torch.manual_seed(0)
     with torch.device("neuron"):
         m = models.build_hf_causal_lm(cfg, torch.float32)
-    m = lay.apply(m, models.decoder_layers(m), lo, tp_mesh, shard_mesh)
+    m = lay.apply(m, models.decoder_layers(m), lo, tp_mesh, shard_mesh, sequence_parallel=bool(sp))
     params = list(m.parameters())
     opt = torch.optim.AdamW(params, lr=1e-4, foreach=lay.real_foreach(params))
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="neuron")
+    with torch.no_grad():
+        ref_loss = ref(input_ids=ids, labels=ids, use_cache=False).loss.item()
+    del ref
 
     def step():
-        m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        ls = m(input_ids=ids, labels=ids, use_cache=False).loss
+        ls.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return ls.detach()
 
-    step()
+    first_loss = step().item()
     torch.neuron.synchronize()
     dist.barrier()
     base = torch.neuron.memory_allocated()
@@ -205,21 +217,34 @@ def _rank_worker(cfg_json: str, tp: int, fsdp: int, seq: int, batch: int, out: s
     items = _profiled_items(step)
     if rank == 0:
         peak = torch.neuron.max_memory_allocated()
-        Path(out).write_text(json.dumps({"items": items, "base": base, "peak": peak}))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "items": items,
+                    "base": base,
+                    "peak": peak,
+                    "loss": first_loss,
+                    "ref_loss": ref_loss,
+                }
+            )
+        )
     dist.barrier()
     dist.destroy_process_group()
 
 
-def test_fake_layout_matches_real_job(tmp_path):
-    """TP2 x FSDP2 on 4 ranks: rank 0 of a real neuron job and the planning run
-    issue the same collectives (name, count, estimate) and compute items; the
-    total agrees within 1%. Event records and waits (no cost) are not planned;
-    the engine's in-place gradient sums are recognised heuristically (one
-    transposed gradient sum per layer differs: add.Tensor vs add_.Tensor)."""
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "tp_sequence_parallel"])
+def test_fake_layout_matches_real_job(tmp_path, sp):
+    """TP2 x FSDP2 on 4 ranks (with and without sequence parallelism): rank 0
+    of a real neuron job and the planning run issue the same collectives
+    (name, count, estimate) and compute items; the total agrees within 1%.
+    Event records and waits (no cost) are not planned; the engine's in-place
+    gradient sums are recognised heuristically (one transposed gradient sum
+    per layer differs: add.Tensor vs add_.Tensor). The sharded model's loss is
+    the unsharded model's."""
     from dist_jobs.launch import check_all_ok, run_ranks
 
     out = tmp_path / "items.json"
-    args = (json.dumps(TINY_QWEN3), "2", "2", "32", "2", str(out))
+    args = (json.dumps(TINY_QWEN3), "2", "2", "32", "2", str(int(sp)), str(out))
     # The ranks import this checkout (as the test process does).
     root = str(Path(torch_neuronx.__file__).parent.parent)
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
@@ -229,17 +254,29 @@ def test_fake_layout_matches_real_job(tmp_path):
     real = {k: tuple(v) for k, v in got["items"].items()}
     real = {k: v for k, v in real.items() if k not in ("event_record", "event_wait")}
     target, lnc = _profile_target()
+    assert got["loss"] == pytest.approx(got["ref_loss"], rel=1e-5)
     r = estimate.estimate_training(
-        TINY_QWEN3, target=target, lnc=lnc, tp=2, fsdp=2, seq_len=32, batch=2, dtype="fp32"
+        TINY_QWEN3,
+        target=target,
+        lnc=lnc,
+        tp=2,
+        fsdp=2,
+        seq_len=32,
+        batch=2,
+        dtype="fp32",
+        sequence_parallel=sp,
     )
     planned = {k: (v["count"], v["s"] * 1e9) for k, v in r.items.items()}
     for name in ("c10d::allreduce", "c10d::_allgather_base", "c10d::_reduce_scatter_base"):
         assert planned[name][0] == real[name][0], name
         assert planned[name][1] == pytest.approx(real[name][1], rel=1e-6), name
     adds = ("aten::add.Tensor", "aten::add_.Tensor")
-    for name in set(real) | set(planned):
-        if name not in adds:
-            assert planned.get(name, (0,))[0] == real.get(name, (0,))[0], name
+    diff = {
+        name: (planned.get(name, (0,))[0], real.get(name, (0,))[0])
+        for name in set(real) | set(planned)
+        if name not in adds and planned.get(name, (0,))[0] != real.get(name, (0,))[0]
+    }
+    assert not diff, diff
     assert sum(planned[a][0] for a in adds) == sum(real[a][0] for a in adds)
     real_total = sum(ns for _, ns in real.values())
     assert r.serial_s * 1e9 == pytest.approx(real_total, rel=0.01)
@@ -339,12 +376,89 @@ def test_generate_tp_small():
         ({"dtype": "int7"}, "unknown dtype"),
         ({"tp": 0}, "positive integer"),
         ({"seq_len": 0}, "positive"),
+        ({"sequence_parallel": True}, "needs tp > 1"),
     ],
 )
 def test_bad_input(kwargs, match):
     args = {"seq_len": 16, "batch": 1, **kwargs}
     with pytest.raises(ValueError, match=match):
         estimate.estimate_training(TINY_QWEN3, **args)
+
+
+def test_sequence_parallel_items():
+    """Sequence parallelism replaces TP's activation all-reduces with
+    reduce-scatters and all-gathers: with it the only all-reduces left are the
+    norm weights' gradients (two norms per layer and the final norm)."""
+    kw = dict(tp=2, fsdp=2, seq_len=32, batch=2, dtype="fp32")
+    base = estimate.estimate_training(TINY_QWEN3, **kw)
+    sp = estimate.estimate_training(TINY_QWEN3, sequence_parallel=True, **kw)
+    n = lambda r, k: r.items.get(k, {"count": 0})["count"]  # noqa: E731
+    layers = TINY_QWEN3["num_hidden_layers"]
+    assert n(sp, "c10d::allreduce") == 2 * layers + 1
+    assert n(base, "c10d::allreduce") > n(sp, "c10d::allreduce")
+    # Per layer, forward and backward: an all-gather before each of attention
+    # and the MLP, a reduce-scatter after each.
+    for k in ("c10d::_allgather_base", "c10d::_reduce_scatter_base"):
+        assert n(sp, k) - n(base, k) >= 4 * layers, k
+    assert sp.tp == 2 and sp.step_s > 0
+
+
+def test_sequence_parallel_shapes():
+    """Where each part runs with sequence parallelism (TP2): the norms on S/TP
+    rows, q/k/v projections and attention on the full sequence with the rank's
+    heads, the row-wise projections' outputs back on S/TP rows, lm_head on the
+    gathered sequence."""
+    from torch_neuronx.estimate import layout as lay
+    from torch_neuronx.estimate.run import _Planner
+
+    tp, B, S = 2, 2, 32
+    cfg = models.hf_config(TINY_QWEN3)
+    lo = lay.Layout(tp, 1, 1)
+    seen = {}
+
+    def hook(name):
+        def f(mod, args, out):
+            seen[name] = (
+                tuple(lay.local(args[0]).shape) if args else None,
+                tuple(lay.local(out if isinstance(out, torch.Tensor) else out[0]).shape),
+            )
+
+        return f
+
+    with lay.fake_process_group(tp):
+        _, tp_mesh, _ = lay.device_mesh(lo)
+        # The planner's fake mode and capture (which answers the reads
+        # transformers makes of the fake input).
+        planner = _Planner("trn2", None, lo, None)
+        fake = planner.fake
+        with fake, torch.device("neuron"):
+            m = models.build_hf_causal_lm(cfg, torch.float32)
+        layers = models.decoder_layers(m)
+        m = lay.apply(m, layers, lo, tp_mesh, None, sequence_parallel=True)
+        at = layers[0].self_attn
+        for name, mod in (
+            ("input_layernorm", layers[0].input_layernorm),
+            ("q_proj", at.q_proj),
+            ("o_proj", at.o_proj),
+            ("post_attention_layernorm", layers[0].post_attention_layernorm),
+            ("down_proj", layers[0].mlp.down_proj),
+            ("norm", m.model.norm),
+            ("lm_head", m.lm_head),
+        ):
+            mod.register_forward_hook(hook(name))
+        with fake, torch.device("neuron"):
+            ids = torch.randint(0, cfg.vocab_size, (B, S))
+        cap = planner.capture()
+        with fake, cap.tracker, cap, models.transformers_sees_values():
+            m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    H, q = cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim
+    assert seen["input_layernorm"] == ((B, S // tp, H), (B, S // tp, H))
+    assert seen["post_attention_layernorm"][1] == (B, S // tp, H)
+    assert seen["norm"][1] == (B, S // tp, H)
+    assert seen["q_proj"] == ((B, S, H), (B, S, q // tp))
+    assert seen["o_proj"] == ((B, S, q // tp), (B, S // tp, H))
+    assert seen["down_proj"][1] == (B, S // tp, H)
+    assert seen["lm_head"] == ((B, S, H), (B, S, cfg.vocab_size))
 
 
 def test_unknown_model_without_network():
@@ -364,4 +478,4 @@ def test_cli_json(tmp_path, capsys):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
-    _rank_worker(sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7])
+    _rank_worker(sys.argv[2], *map(int, sys.argv[3:8]), sys.argv[8])

@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="recompute each decoder layer in backward (full activation checkpointing)",
     )
+    p.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="TP with sequence parallelism: norms on S/TP rows, reduce-scatter and "
+        "all-gather in place of TP's all-reduce (needs --tp > 1)",
+    )
     p.add_argument("--layers", type=int, default=None, help="override the number of layers")
     p.add_argument("--generate", action="store_true", help="estimate generate() instead")
     p.add_argument("--new-tokens", type=int, default=16, help="tokens generate() produces")
@@ -99,6 +105,7 @@ def main(argv=None) -> int:
                 seq_len=args.seq_len,
                 dtype=args.dtype,
                 activation_checkpointing=args.activation_checkpointing,
+                sequence_parallel=args.sequence_parallel,
                 config_overrides=overrides,
             )
     except ValueError as e:

@@ -125,6 +125,11 @@ def composite_key(op: torch._ops.OpOverload):
     if m is None:
         return None
     line = m.group(0)
+    if m.group("kind") == "math kernel":
+        # CompositeImplicitAutograd: a real run decomposes it before the
+        # backend; it reaches this mode only when called on an unwrapped
+        # tensor inside a subclass's handler (DTensor's vocabulary mask: `|`).
+        return torch._C.DispatchKey.CompositeImplicitAutograd
     if m.group("kind") == "default backend kernel":
         if "NonFunctional" in line:
             return torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional

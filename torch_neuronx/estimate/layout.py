@@ -70,6 +70,40 @@ class Layout:
         return f"{n} ranks"
 
 
+_META_LIB = None
+
+
+def _register_missing_meta_kernels() -> None:
+    """Meta kernels for c10d's coalesced reduce-scatter and all-gather, which
+    torch lacks and DTensor's functional collectives (sequence parallelism's
+    reduce-scatters and all-gathers) reach under the fake mode: each pair
+    through the single-tensor op, whose Meta kernel torch has (the fake group
+    moves nothing either way). Only Meta tensors take them; a real job never
+    does."""
+    global _META_LIB
+    if _META_LIB is not None:
+        return
+    lib = torch.library.Library("c10d", "IMPL")
+
+    def rs_coalesced(outputs, inputs, process_group, reduce_op, async_op=True, timeout=-1):
+        work = None
+        for o, i in zip(outputs, inputs, strict=True):
+            _, work = torch.ops.c10d._reduce_scatter_base_.default(
+                o, i, process_group, reduce_op, async_op, timeout
+            )
+        return work
+
+    def ag_coalesced(outputs, inputs, process_group, async_op=True):
+        work = None
+        for o, i in zip(outputs, inputs, strict=True):
+            _, work = torch.ops.c10d._allgather_base_.default(o, i, process_group, async_op)
+        return work
+
+    lib.impl("reduce_scatter_tensor_coalesced_", rs_coalesced, "Meta")
+    lib.impl("allgather_into_tensor_coalesced_", ag_coalesced, "Meta")
+    _META_LIB = lib
+
+
 @contextlib.contextmanager
 def fake_process_group(world: int):
     """torch.distributed initialized with the fake backend for neuron and the CPU
@@ -82,6 +116,7 @@ def fake_process_group(world: int):
             "torch.distributed is already initialized: a planning run needs its own "
             "(fake) process group; run it in a process without one"
         )
+    _register_missing_meta_kernels()
     dist.init_process_group("neuron:fake,cpu:fake", store=FakeStore(), rank=0, world_size=world)
     try:
         yield
@@ -101,61 +136,141 @@ def device_mesh(layout: Layout):
     return mesh, mesh["tp"], shard
 
 
-def _plan_style(style: str):
+def _plan_style(style: str, sequence_parallel: bool = False):
+    from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     if style.startswith("colwise"):
         return ColwiseParallel()
     if style.startswith("rowwise"):
+        # Sequence parallel: reduce-scatter onto the sequence, kept a DTensor.
+        if sequence_parallel:
+            return RowwiseParallel(output_layouts=Shard(1), use_local_output=False)
         return RowwiseParallel()
     return None  # replicated (norms): left to FSDP
 
 
-def tp_plan_for(model) -> dict:
+def tp_plan_for(model, sequence_parallel: bool = False) -> dict:
     """Per decoder layer: submodule path -> parallel style, from the model's own
     Hugging Face plan (``config.base_model_tp_plan``) where it has one, else the
     Llama/Qwen block plan (attention and MLP projections column-wise in,
-    row-wise out)."""
+    row-wise out).
+
+    ``sequence_parallel``: TorchTitan's and Megatron's sequence parallelism on
+    top — the norms run on S/TP rows (``SequenceParallel``), the attention and
+    MLP inputs are all-gathered to the full sequence before the column-wise
+    projections, and the row-wise projections reduce-scatter onto the sequence
+    dimension instead of all-reducing. Attention itself runs on the full
+    sequence with the rank's heads."""
     cfg = getattr(model, "config", None)
     hf = getattr(cfg, "base_model_tp_plan", None) or {}
     plan = {}
     for pattern, style in hf.items():
         if not pattern.startswith("layers.*."):
             continue
-        p = _plan_style(style)
+        p = _plan_style(style, sequence_parallel)
         if p is not None:
             plan[pattern[len("layers.*.") :]] = p
-    if plan:
-        return plan
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    if not plan:
+        plan = {
+            k: _plan_style(v, sequence_parallel)
+            for k, v in (
+                ("self_attn.q_proj", "colwise"),
+                ("self_attn.k_proj", "colwise"),
+                ("self_attn.v_proj", "colwise"),
+                ("self_attn.o_proj", "rowwise"),
+                ("mlp.gate_proj", "colwise"),
+                ("mlp.up_proj", "colwise"),
+                ("mlp.down_proj", "rowwise"),
+            )
+        }
+    if sequence_parallel:
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
 
-    return {
-        "self_attn.q_proj": ColwiseParallel(),
-        "self_attn.k_proj": ColwiseParallel(),
-        "self_attn.v_proj": ColwiseParallel(),
-        "self_attn.o_proj": RowwiseParallel(),
-        "mlp.gate_proj": ColwiseParallel(),
-        "mlp.up_proj": ColwiseParallel(),
-        "mlp.down_proj": RowwiseParallel(),
+        # The residual stream stays a DTensor sharded on the sequence (global
+        # shape), so Hugging Face's own shape code (positions, masks, views)
+        # sees the full sequence. HF calls attention with keyword arguments.
+        plan.update(
+            {
+                "input_layernorm": SequenceParallel(),
+                "post_attention_layernorm": SequenceParallel(),
+                "self_attn": PrepareModuleInput(
+                    input_kwarg_layouts={"hidden_states": Shard(1)},
+                    desired_input_kwarg_layouts={"hidden_states": Replicate()},
+                ),
+                "mlp": PrepareModuleInput(
+                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+                ),
+            }
+        )
+    return plan
+
+
+def _root_sp_plan(model) -> dict:
+    """Sequence parallelism outside the decoder layers: the embedding's output
+    sharded on the sequence (TorchTitan's vocabulary-parallel embedding,
+    reduce-scattered; a chunk of the whole embedding's output when lm_head
+    shares its weight), the final norm on S/TP rows, and its output gathered
+    before lm_head — which stays whole on each TP rank as without sequence
+    parallelism, so the loss needs nothing parallel."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        PrepareModuleInput,
+        PrepareModuleOutput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    base = model.model
+    emb, head = base.embed_tokens, getattr(model, "lm_head", None)
+    tied = head is not None and head.weight is emb.weight
+    plan = {
+        "model.embed_tokens": PrepareModuleOutput(
+            output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False
+        )
+        if tied
+        else RowwiseParallel(
+            input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False
+        ),
+        "model.norm": SequenceParallel(),
     }
+    if head is not None:
+        plan["lm_head"] = PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+        )
+    return plan
 
 
-def apply(model, layers: list, layout: Layout, tp_mesh, shard_mesh, checkpoint: bool = False):
-    """TP on each decoder layer, activation checkpointing (optional), FSDP2 on each
-    layer and the root — TorchTitan's order. Returns the model (the root may be
-    wrapped)."""
+def apply(
+    model,
+    layers: list,
+    layout: Layout,
+    tp_mesh,
+    shard_mesh,
+    checkpoint: bool = False,
+    sequence_parallel: bool = False,
+):
+    """TP (with sequence parallelism, optional) on each decoder layer,
+    activation checkpointing (optional), FSDP2 on each layer and the root —
+    TorchTitan's order. Returns the model (the root may be wrapped)."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
 
     if layout.tp > 1:
         if not layers:
             raise ValueError("tp > 1 needs a model with decoder layers (model.model.layers)")
-        plan = tp_plan_for(model)
+        plan = tp_plan_for(model, sequence_parallel)
         for layer in layers:
             parallelize_module(layer, tp_mesh, plan)
-        # Embeddings and lm_head stay whole on each TP rank (FSDP shards
-        # them): HF's lm_head plan (column-wise, logits gathered) made DTensor
-        # run the product both sharded and whole in a fake run.
+        # Without sequence parallelism embeddings and lm_head stay whole on
+        # each TP rank (FSDP shards them): HF's lm_head plan (column-wise,
+        # logits gathered) made DTensor run the product both sharded and whole
+        # in a fake run.
+        if sequence_parallel:
+            parallelize_module(model, tp_mesh, _root_sp_plan(model))
+    elif sequence_parallel:
+        raise ValueError("sequence_parallel needs tp > 1 (it shards the sequence over TP ranks)")
     if checkpoint:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             checkpoint_wrapper,

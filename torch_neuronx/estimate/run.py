@@ -220,6 +220,13 @@ def _summarize(
     return r
 
 
+def _check_sp(sequence_parallel: bool, tp: int) -> None:
+    # A sequence TP does not divide is sharded as DTensor shards it (rank 0
+    # takes the larger share, as a run padded to a multiple of TP computes).
+    if sequence_parallel and tp == 1:
+        raise ValueError("sequence_parallel needs tp > 1 (it shards the sequence over TP ranks)")
+
+
 def plan_training(
     model,
     *,
@@ -234,6 +241,7 @@ def plan_training(
     dtype: str = "bf16",
     lr: float = 1e-4,
     activation_checkpointing: bool = False,
+    sequence_parallel: bool = False,
     inputs=None,
     loss=None,
     config_overrides: dict | None = None,
@@ -246,9 +254,12 @@ def plan_training(
     neuron under the fake mode), with ``inputs`` (a callable returning the
     forward's argument tuple) and ``loss`` (``loss(output, *inputs)``).
     ``batch`` is per data-parallel rank (FSDP and DP ranks each take ``batch``
-    sequences; TP ranks share theirs)."""
+    sequences; TP ranks share theirs). ``sequence_parallel``: TP with sequence
+    parallelism (norms on S/TP rows, reduce-scatter and all-gather in place of
+    TP's all-reduce; needs tp > 1 and a Hugging Face model)."""
     layout = lay.Layout(tp, fsdp, dp)
     layout.check(cores=cores)
+    _check_sp(sequence_parallel, tp)
     dt = models.parse_dtype(dtype)
     hf = not callable(model)
     cfg = models.hf_config(model, config_overrides) if hf else None
@@ -258,6 +269,8 @@ def plan_training(
         raise ValueError(f"batch and seq_len must be positive, not {batch} and {seq_len}")
     if not hf and (inputs is None or loss is None):
         raise ValueError("a model given as a callable needs inputs= and loss= callables")
+    if not hf and sequence_parallel:
+        raise ValueError("sequence_parallel needs a Hugging Face model (its layers' names)")
     planner = _Planner(target, lnc, layout, cores)
     notes = []
     t0 = time.perf_counter()
@@ -276,7 +289,15 @@ def plan_training(
         if layout.world > 1 or activation_checkpointing:
             # Outside the fake mode: the mesh's own bookkeeping uses real CPU
             # tensors; the parameters stay fake.
-            m = lay.apply(m, layers, layout, tp_mesh, shard_mesh, activation_checkpointing)
+            m = lay.apply(
+                m,
+                layers,
+                layout,
+                tp_mesh,
+                shard_mesh,
+                activation_checkpointing,
+                sequence_parallel=sequence_parallel,
+            )
         params = [p for p in m.parameters() if p.requires_grad]
         with fake:
             opt = torch.optim.AdamW(params, lr=lr, foreach=lay.real_foreach(params))
