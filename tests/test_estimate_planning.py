@@ -403,6 +403,23 @@ def test_sequence_parallel_items():
     assert sp.tp == 2 and sp.step_s > 0
 
 
+def test_sequence_parallel_generate():
+    """generate() with sequence parallelism: the prefill's TP collectives are
+    all-gathers and reduce-scatters (no all-reduce), the decode steps are those
+    without it, and the parameters are counted once."""
+    kw = dict(tp=2, prompt_len=64, new_tokens=4, dtype="fp32")
+    base = estimate.estimate_generate(TINY_QWEN3, **kw)
+    sp = estimate.estimate_generate(TINY_QWEN3, sequence_parallel=True, **kw)
+    layers = TINY_QWEN3["num_hidden_layers"]
+    assert sp.decode_step_s == base.decode_step_s
+    assert sp.items["c10d::allreduce"]["count"] == 2 * layers * 3  # decode only
+    assert sp.items["c10d::_reduce_scatter_base"]["count"] == 2 * layers
+    # Before attention and the MLP in each layer, and before lm_head.
+    assert sp.items["c10d::_allgather_base"]["count"] == 2 * layers + 1
+    assert sp.hbm_at_start_bytes == base.hbm_at_start_bytes
+    assert sp.hbm_peak_bytes <= base.hbm_peak_bytes
+
+
 def test_sequence_parallel_shapes():
     """Where each part runs with sequence parallelism (TP2): the norms on S/TP
     rows, q/k/v projections and attention on the full sequence with the rank's

@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         "--sequence-parallel",
         action="store_true",
         help="TP with sequence parallelism: norms on S/TP rows, reduce-scatter and "
-        "all-gather in place of TP's all-reduce (needs --tp > 1)",
+        "all-gather in place of TP's all-reduce (needs --tp > 1; with --generate, the "
+        "prefill only)",
     )
     p.add_argument("--layers", type=int, default=None, help="override the number of layers")
     p.add_argument("--generate", action="store_true", help="estimate generate() instead")
@@ -90,6 +91,7 @@ def main(argv=None) -> int:
                 prompt_len=args.seq_len,
                 new_tokens=args.new_tokens,
                 dtype=args.dtype,
+                sequence_parallel=args.sequence_parallel,
                 config_overrides=overrides,
             )
         else:

@@ -207,13 +207,14 @@ def tp_plan_for(model, sequence_parallel: bool = False) -> dict:
     return plan
 
 
-def _root_sp_plan(model) -> dict:
+def _root_sp_plan(model, vocab_parallel: bool = True) -> dict:
     """Sequence parallelism outside the decoder layers: the embedding's output
     sharded on the sequence (TorchTitan's vocabulary-parallel embedding,
     reduce-scattered; a chunk of the whole embedding's output when lm_head
-    shares its weight), the final norm on S/TP rows, and its output gathered
-    before lm_head — which stays whole on each TP rank as without sequence
-    parallelism, so the loss needs nothing parallel."""
+    shares its weight or ``vocab_parallel`` is False), the final norm on S/TP
+    rows, and its output gathered before lm_head — which stays whole on each
+    TP rank as without sequence parallelism, so the loss needs nothing
+    parallel."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         PrepareModuleInput,
@@ -225,11 +226,12 @@ def _root_sp_plan(model) -> dict:
     base = model.model
     emb, head = base.embed_tokens, getattr(model, "lm_head", None)
     tied = head is not None and head.weight is emb.weight
+    whole = tied or not vocab_parallel
     plan = {
         "model.embed_tokens": PrepareModuleOutput(
             output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False
         )
-        if tied
+        if whole
         else RowwiseParallel(
             input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False
         ),
@@ -250,6 +252,7 @@ def apply(
     shard_mesh,
     checkpoint: bool = False,
     sequence_parallel: bool = False,
+    vocab_parallel: bool = True,
 ):
     """TP (with sequence parallelism, optional) on each decoder layer,
     activation checkpointing (optional), FSDP2 on each layer and the root —
@@ -268,7 +271,7 @@ def apply(
         # logits gathered) made DTensor run the product both sharded and whole
         # in a fake run.
         if sequence_parallel:
-            parallelize_module(model, tp_mesh, _root_sp_plan(model))
+            parallelize_module(model, tp_mesh, _root_sp_plan(model, vocab_parallel))
     elif sequence_parallel:
         raise ValueError("sequence_parallel needs tp > 1 (it shards the sequence over TP ranks)")
     if checkpoint:

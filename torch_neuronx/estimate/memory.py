@@ -97,6 +97,17 @@ class MemoryTracker:
         if isinstance(t, torch.Tensor) and t.device.type == "neuron":
             self._add_storage(t.untyped_storage())
 
+    def stand_in(self, t) -> None:
+        """Knows the storage of a neuron tensor that stands for one counted
+        already (a second module over the same weights): zero bytes, so its
+        views are not counted as new storages either."""
+        t = getattr(t, "_local_tensor", t)
+        if isinstance(t, torch.Tensor) and t.device.type == "neuron":
+            st = t.untyped_storage()
+            if st._cdata not in self._seen:
+                self._seen[st._cdata] = 0
+                weakref.finalize(st, self._free, st._cdata)
+
     def produced(self, out) -> None:
         if self._resizable:
             self._poll()

@@ -382,14 +382,22 @@ def plan_generate(
     prompt_len: int = 128,
     new_tokens: int = 16,
     dtype: str = "bf16",
+    sequence_parallel: bool = False,
     config_overrides: dict | None = None,
 ) -> Report:
     """Estimates ``generate()`` of a Hugging Face causal LM: the prompt's forward
     (prefill) and ``new_tokens`` greedy decode steps with the KV cache — the loop
     generate() runs, without its stopping checks (they read values a fake run
-    does not have). TP shards the layers; DP replicates (no collective)."""
+    does not have). TP shards the layers; DP replicates (no collective).
+
+    ``sequence_parallel``: the prefill with sequence parallelism (as NxD
+    Inference compiles its context-encoding model), the decode steps without
+    (its token-generation model: one token has no sequence to shard). The two
+    are separate modules over the same layout and KV cache; the prefill's
+    parameters stand for the decode's and are not counted twice."""
     layout = lay.Layout(tp, 1, dp)
     layout.check(cores=cores)
+    _check_sp(sequence_parallel, tp)
     if new_tokens < 1 or prompt_len < 1 or batch < 1:
         raise ValueError("batch, prompt_len and new_tokens must be positive")
     dt = models.parse_dtype(dtype)
@@ -407,11 +415,30 @@ def plan_generate(
             m.eval()
         if layout.tp > 1:
             m = lay.apply(m, models.decoder_layers(m), lay.Layout(tp, 1, 1), tp_mesh, None)
+        m_prefill = m
+        if sequence_parallel:
+            with fake, torch.device("neuron"):
+                m_prefill = models.build_hf_causal_lm(cfg, dt)
+                m_prefill.eval()
+            # The embedding stays whole (its output chunked onto the
+            # sequence) so both modules hold the same weights.
+            m_prefill = lay.apply(
+                m_prefill,
+                models.decoder_layers(m_prefill),
+                lay.Layout(tp, 1, 1),
+                tp_mesh,
+                None,
+                sequence_parallel=True,
+                vocab_parallel=False,
+            )
         with fake, torch.device("neuron"):
             ids = torch.randint(0, cfg.vocab_size, (batch, prompt_len))
         at_start = planner.start_memory(
             [lay.local(p) for p in m.parameters()] + [ids] + [lay.local(b) for b in m.buffers()]
         )
+        if m_prefill is not m:
+            for t in (*m_prefill.parameters(), *m_prefill.buffers()):
+                planner.memory.stand_in(t)
         cap = planner.capture()
         # The KV cache's keyword: `cache` in recent transformers, before it
         # `past_key_values` (still accepted, with a deprecation warning).
@@ -424,7 +451,7 @@ def plan_generate(
         def run():
             cap.phase = planner.memory.phase = "prefill"
             cache = DynamicCache(config=cfg)
-            out = m(input_ids=ids, use_cache=True, **{kw: cache})
+            out = m_prefill(input_ids=ids, use_cache=True, **{kw: cache})
             nxt = out.logits[:, -1, :].argmax(-1, keepdim=True)
             done = sum(k[4].estimate_ns * n for k, n in cap.counts.items())
             cap.phase = planner.memory.phase = "decode"
