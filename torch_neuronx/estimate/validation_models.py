@@ -83,6 +83,8 @@ def _args(fig: Figure) -> tuple[str, dict]:
     kw = {"model": s["model"], "target": fig.target, "lnc": fig.lnc, "tp": s.get("tp", 1)}
     if s.get("kv_heads"):
         kw["config_overrides"] = {"num_key_value_heads": s["kv_heads"]}
+    if s.get("sequence_parallel"):
+        kw["sequence_parallel"] = True
     if s["mode"] == "train":
         kw.update(batch=s["microbatch"], seq_len=s["seq"], dp=s.get("dp", 1))
         return "train", kw
