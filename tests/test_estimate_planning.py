@@ -478,7 +478,12 @@ def test_sequence_parallel_shapes():
     assert seen["lm_head"] == ((B, S, H), (B, S, cfg.vocab_size))
 
 
-def test_unknown_model_without_network():
+def test_unknown_model_without_network(monkeypatch):
+    # Offline, as CI is: the Hub lookup fails at once instead of retrying.
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="no configuration"):
         estimate.estimate_training("no-such-org/no-such-model-xyz", seq_len=16)
 
