@@ -276,3 +276,18 @@ def test_model_rules_through_the_binding():
     fp8 = mm(1024, 1024, 1024, itemsize=1)
     assert fp8["engine"] == "tensor_fp8"
     assert fp8["compute_ns"] == pytest.approx(full["compute_ns"] / 2)
+
+
+def test_attention_backward_counts_its_five_products():
+    # FlashAttention's backward recomputes Q K^T and takes dV, dP, dQ, dK: 2.5x
+    # the forward's two products, from grad_out, q, k, v (grad_out first).
+    q = k = v = out = [2, 4, 256, 64]
+    fwd = _C._estimate_op("aten::_scaled_dot_product_flash_attention_for_cpu", [q, k, v, out], [2] * 4)
+    bwd = _C._estimate_op(
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+        [out, q, k, v, out, [2, 4, 256], q, k, v],
+        [2, 2, 2, 2, 2, 4, 2, 2, 2],
+    )
+    assert fwd["flops"] == 2 * 2 * 4 * 256 * 256 * (64 + 64)
+    assert bwd["flops"] == pytest.approx(2.5 * fwd["flops"])
+    assert bwd["engine"] == "tensor_bf16" and bwd["compute_ns"] > 2 * fwd["compute_ns"]

@@ -396,16 +396,20 @@ FIGURES: list[Figure] = [
             "tp": 32,
             "kv_heads": 32,
             "dp": 32,
+            "sequence_parallel": True,
         },
         note=(
             "1024 sequences / 47.95 seq/s = 21.4 s per step = 32 microbatches of one sequence "
             "per DP rank. Planned: the 8 KV heads replicated to TP=32 as NxD does; the 32 DP "
-            "ranks laid out as FSDP (the plan's data parallelism), where NxD used ZeRO-1. "
-            "The published run is an XLA-compiled graph with sequence parallelism (norms and "
-            "residuals on 8192 / 32 rows per rank, elementwise ops fused); the plan costs the "
-            "eager op stream of the model's own TP plan: elementwise ops over the whole "
-            "sequence on every rank, each an HBM round trip, and an all-reduce of the full "
-            "activations per attention and per MLP."
+            "ranks laid out as FSDP (the plan's data parallelism), where NxD used ZeRO-1; "
+            "sequence parallelism on, as NxD's Llama-3.1-8B TP + ZeRO-1 recipe runs it "
+            "(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/libraries/"
+            "neuronx-distributed/tutorials/training_llama_tp_zero1.html: 'Tensor Parallelism, "
+            "Sequence Parallel, Selective checkpointing, ZeRO-1'; the plan has no selective "
+            "checkpointing, so it recomputes nothing). The published run is an XLA-compiled "
+            "graph (elementwise ops fused, collectives overlapped with compute); the plan "
+            "costs the eager op stream: each elementwise op an HBM round trip, and the "
+            "tensor-parallel all-gathers and reduce-scatters exposed."
         ),
     ),
     Figure(

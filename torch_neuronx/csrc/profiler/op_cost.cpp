@@ -107,11 +107,17 @@ bool tensorEngineMatmuls(const char* name, c10::ArrayRef<OpTensor> t,
     return true;
   }
   if (std::strstr(name, "scaled_dot_product") != nullptr) {
-    // q [.., L, E], k [.., S, E], v [.., S, Ev]: Q K^T, then P V.
-    if (n < 3 || sizes(0).size() < 2 || sizes(1).size() < 2 ||
-        sizes(2).size() < 2)
+    // Forward: q [.., L, E], k [.., S, E], v [.., S, Ev]: Q K^T, then P V.
+    // Backward: grad_out first, then q, k, v; it recomputes P = Q K^T and
+    // takes dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: five products
+    // (FlashAttention's 2.5x the forward), not the forward's two.
+    const bool backward = std::strstr(name, "backward") != nullptr;
+    const int first = backward ? 1 : 0;
+    if (n < first + 3 || sizes(first).size() < 2 ||
+        sizes(first + 1).size() < 2 || sizes(first + 2).size() < 2)
       return false;
-    c10::IntArrayRef q = sizes(0), k = sizes(1), v = sizes(2);
+    c10::IntArrayRef q = sizes(first), k = sizes(first + 1),
+                     v = sizes(first + 2);
     neuron_rt::MatmulShape qk, pv;
     for (size_t i = 0; i + 2 < q.size(); ++i)
       qk.batch *= static_cast<double>(q[i]);
@@ -122,6 +128,20 @@ bool tensorEngineMatmuls(const char* name, c10::ArrayRef<OpTensor> t,
     pv.n = static_cast<double>(v[v.size() - 1]);         // Ev
     out.push_back(qk);
     out.push_back(pv);
+    if (backward) {
+      // dP = dO V^T [L, Ev] x [Ev, S]; dQ = dS K [L, S] x [S, E];
+      // dK = dS^T Q [S, L] x [L, E] (dV = P^T dO has pv's shape, transposed).
+      neuron_rt::MatmulShape dp, dq, dk, dv;
+      dp.batch = dq.batch = dk.batch = dv.batch = qk.batch;
+      dp.m = qk.m, dp.k = pv.n, dp.n = qk.n;
+      dq.m = qk.m, dq.k = qk.n, dq.n = qk.k;
+      dk.m = qk.n, dk.k = qk.m, dk.n = qk.k;
+      dv.m = qk.n, dv.k = qk.m, dv.n = pv.n;
+      out.back() = dv;  // the backward has no P V; dV takes its place
+      out.push_back(dp);
+      out.push_back(dq);
+      out.push_back(dk);
+    }
     return true;
   }
   return false;
