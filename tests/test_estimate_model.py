@@ -282,7 +282,9 @@ def test_attention_backward_counts_its_five_products():
     # FlashAttention's backward recomputes Q K^T and takes dV, dP, dQ, dK: 2.5x
     # the forward's two products, from grad_out, q, k, v (grad_out first).
     q = k = v = out = [2, 4, 256, 64]
-    fwd = _C._estimate_op("aten::_scaled_dot_product_flash_attention_for_cpu", [q, k, v, out], [2] * 4)
+    fwd = _C._estimate_op(
+        "aten::_scaled_dot_product_flash_attention_for_cpu", [q, k, v, out], [2] * 4
+    )
     bwd = _C._estimate_op(
         "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
         [out, q, k, v, out, [2, 4, 256], q, k, v],
