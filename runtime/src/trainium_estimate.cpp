@@ -27,15 +27,15 @@ TrainiumModel modelOf(const HardwareSpec& s) {
   m.tensor_fp32_flops_per_ns = s.core_tensor_fp32_tflops * 1e3;
   m.tensor_fp8_flops_per_ns = s.core_tensor_fp8_tflops * 1e3;
   m.tensor_ghz = s.tensor_ghz;
-  m.pe_rows = 128;      // [nki-v2..v4]: the 128 x 128 PE array
+  m.pe_rows = 128;  // [nki-v2..v4]: the 128 x 128 PE array
   m.pe_cols = 128;
   m.moving_free = 512;  // [nki-v2..v4]: a moving tile of up to 512 columns
   m.min_matmul_cycles = s.min_matmul_cycles;
   // The Vector and Scalar engines side by side, each at its own clock.
   m.vector_elems_per_ns = kLanes * (s.vector_ghz + s.scalar_ghz);
   // GB/s = bytes/ns: the core's share of HBM, at most its DMA engines'.
-  m.hbm_bytes_per_ns = std::min(s.hbm_gb_per_s / cores,
-                                s.dma_engines * s.dma_engine_gb_per_s);
+  m.hbm_bytes_per_ns =
+      std::min(s.hbm_gb_per_s / cores, s.dma_engines * s.dma_engine_gb_per_s);
   m.dma_start_ns = s.dma_start_ns;
   m.dma_half_payload_bytes = s.dma_half_payload_bytes;
   m.launch_ns = s.launch_ns;
@@ -90,7 +90,8 @@ double tensorPeak(int element_bytes, const TrainiumModel& m) {
 // a stationary tile of up to pe_rows x pe_cols per (k, m) tile pair, the
 // moving operand streamed through it in chunks of up to moving_free
 // columns, one column a cycle, each instruction at least min cycles.
-double matmulCycles(double rows, double k, double cols, const TrainiumModel& m) {
+double matmulCycles(double rows, double k, double cols,
+                    const TrainiumModel& m) {
   const double k_tiles = std::ceil(k / m.pe_rows);
   const double m_tiles = std::ceil(rows / m.pe_cols);
   const double full = std::floor(cols / m.moving_free);
@@ -188,15 +189,14 @@ EstimateParts estimateItem(const ItemWork& w, const TrainiumModel& m) {
     for (const Transfer& t : w.transfers) p.dma_ns += transferNs(t, m);
   }
   // Latency: the launch of an eager op, the first DMA's start.
-  p.latency_ns = (w.launch ? m.launch_ns : 0.0) +
-                 (p.dma_ns > 0 ? m.dma_start_ns : 0.0);
+  p.latency_ns =
+      (w.launch ? m.launch_ns : 0.0) + (p.dma_ns > 0 ? m.dma_start_ns : 0.0);
   // Overlap: the item runs in tiles of pe_rows x moving_free elements,
   // double-buffered: tile i's compute under tile i+1's load and tile i-1's
   // store. All but one tile's share of the shorter side hides; one tile
   // (nothing to overlap with) hides nothing.
-  const double tile_bytes =
-      static_cast<double>(m.pe_rows) * m.moving_free *
-      std::max(w.element_bytes, 1);
+  const double tile_bytes = static_cast<double>(m.pe_rows) * m.moving_free *
+                            std::max(w.element_bytes, 1);
   const double tiles = std::max(1.0, std::ceil(w.bytes / tile_bytes));
   p.overlap_ns = std::min(p.compute_ns, p.dma_ns) * (tiles - 1) / tiles;
   return p;
@@ -309,11 +309,11 @@ EstimateParts collectiveEstimate(CollectiveShape shape, double bytes,
   if (n <= 1) return p;  // nothing to move: its start and finish
   const int logical_per_chip =
       std::max(1, m.cores_per_chip / std::max(1, m.physical_cores));
-  const Placement where{
-      placement.ranks_per_chip > 0 ? placement.ranks_per_chip
-                                   : logical_per_chip,
-      placement.chips_per_host > 0 ? placement.chips_per_host
-                                   : std::max(1, m.chips_per_host)};
+  const Placement where{placement.ranks_per_chip > 0 ? placement.ranks_per_chip
+                                                     : logical_per_chip,
+                        placement.chips_per_host > 0
+                            ? placement.chips_per_host
+                            : std::max(1, m.chips_per_host)};
   const auto& r = global_ranks;
 
   // The ring in group order: the slowest tier any of its edges crosses, and

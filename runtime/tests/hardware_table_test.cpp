@@ -72,9 +72,8 @@ TEST(HardwareTable, ModelFiguresPerCore) {
                 0.04 * m.tensor_bf16_flops_per_ns);
     EXPECT_DOUBLE_EQ(m.vector_elems_per_ns,
                      128 * (x.vector_ghz + x.scalar_ghz));
-    EXPECT_DOUBLE_EQ(m.hbm_bytes_per_ns,
-                     std::min(x.hbm_gb_per_s / x.cores,
-                              16 * x.dma_engine_gb_per_s));
+    EXPECT_DOUBLE_EQ(m.hbm_bytes_per_ns, std::min(x.hbm_gb_per_s / x.cores,
+                                                  16 * x.dma_engine_gb_per_s));
     EXPECT_DOUBLE_EQ(m.link_bytes_per_ns, x.link_gb_per_s / x.cores);
     EXPECT_DOUBLE_EQ(m.chip_link_bytes_per_ns, x.link_gb_per_s);
     EXPECT_DOUBLE_EQ(m.host_link_bytes_per_ns, x.efa_gbps / 8);

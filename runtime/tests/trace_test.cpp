@@ -29,8 +29,10 @@ TEST(TraceNotes, ItemCarriesTheHostsNoteAndCorrelation) {
   s.enqueue("plain", [] {});  // the note was taken by the first item
   popCorrelation();
   s.enqueue("outside", [] {});
-  s.enqueue("copy", [] {}, ItemKind::kCopy);
-  s.enqueue("event", [] {}, ItemKind::kMarker);
+  s.enqueue(
+      "copy", [] {}, ItemKind::kCopy);
+  s.enqueue(
+      "event", [] {}, ItemKind::kMarker);
   s.synchronize();
   auto recs = trace.drain();
   ASSERT_EQ(recs.size(), 5u);
@@ -120,7 +122,6 @@ TEST(TraceNotes, RunningItemEstimateAndEngineChildren) {
   EXPECT_EQ(recs[1].note.estimate_ns, 1234);
   EXPECT_FALSE(tracingRunningItem());  // only on a worker, while it runs
 }
-
 
 TEST(TraceNotes, EstimatePartsTravelAsFields) {
   Trace trace;

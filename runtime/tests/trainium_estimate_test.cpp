@@ -82,11 +82,11 @@ TEST(TileQuantisation, PartialTilesCostWholeOnes) {
   EXPECT_LT(matmulNs({1, 128, 128, 64}, 2, m),
             matmulNs({1, 128, 128, 65}, 2, m));
   // Small or odd matmuls are slower than their flops at the peak.
-  for (const MatmulShape& s : {MatmulShape{1, 1, 4096, 4096},
-                               MatmulShape{1, 130, 130, 130},
-                               MatmulShape{8, 33, 77, 200}}) {
-    const double at_peak = 2 * s.batch * s.m * s.k * s.n /
-                           m.tensor_bf16_flops_per_ns;
+  for (const MatmulShape& s :
+       {MatmulShape{1, 1, 4096, 4096}, MatmulShape{1, 130, 130, 130},
+        MatmulShape{8, 33, 77, 200}}) {
+    const double at_peak =
+        2 * s.batch * s.m * s.k * s.n / m.tensor_bf16_flops_per_ns;
     EXPECT_GT(matmulNs(s, 2, m), at_peak);
   }
   // The cheaper orientation: a (1 x k) @ (k x n) row keeps the large
@@ -144,8 +144,8 @@ TEST(Overlap, BoundedByTheShorterSideAndGrowingWithTiles) {
   for (double n : {16.0, 300.0, 2048.0, 8192.0}) {
     const EstimateParts p = estimateItem(matmulWork(n, n, n, 2), m);
     expectParts(p);
-    EXPECT_GE(p.totalNs(), std::max(p.compute_ns, p.dma_ns) + p.latency_ns -
-                               1e-9);
+    EXPECT_GE(p.totalNs(),
+              std::max(p.compute_ns, p.dma_ns) + p.latency_ns - 1e-9);
   }
 }
 
@@ -205,10 +205,10 @@ TEST(CollectiveTopology, TiersChipLinkHost) {
   // One rank on each of 4 chips: NeuronLink, one rank per chip.
   const EstimateParts link =
       collectiveEstimate(CollectiveShape::kAllGather, big, range(0, 4, 4), m);
-  EXPECT_NEAR(link.dma_ns,
-              0.75 * big /
-                  std::min(m.cc_bytes_per_ns, m.chip_link_bytes_per_ns / 2),
-              1e-3);
+  EXPECT_NEAR(
+      link.dma_ns,
+      0.75 * big / std::min(m.cc_bytes_per_ns, m.chip_link_bytes_per_ns / 2),
+      1e-3);
   // One rank on each of 4 hosts: EFA, the slowest link.
   const EstimateParts efa =
       collectiveEstimate(CollectiveShape::kAllGather, big, range(0, 4, 64), m);

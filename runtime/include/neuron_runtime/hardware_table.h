@@ -47,7 +47,7 @@ struct HardwareSpec {
   double core_tensor_fp32_tflops;
   double core_tensor_fp8_tflops;
   double sbuf_mib;
-  int dma_engines;            // per NeuronCore
+  int dma_engines;             // per NeuronCore
   double dma_engine_gb_per_s;  // each engine's peak
 
   // Engine clocks, published (the NKI architecture guides).
@@ -67,8 +67,8 @@ struct HardwareSpec {
 
   // Model figures: no published value; each is reasoned beside its value in
   // hardware_table.cpp.
-  double dma_latency_ns;  // the NKI cost model's DMA fixed cost
-  double dma_issue_ns;    // descriptor generation per DMA instruction
+  double dma_latency_ns;          // the NKI cost model's DMA fixed cost
+  double dma_issue_ns;            // descriptor generation per DMA instruction
   double dma_half_payload_bytes;  // per-partition payload at half the peak
   double launch_ns;               // an eager op's launch on the device
   double min_matmul_cycles;       // a matmul instruction's minimum

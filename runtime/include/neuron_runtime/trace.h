@@ -53,12 +53,12 @@ struct EstimateParts {
 
 // What the host knows about an item when it queues it.
 struct ItemNote {
-  uint64_t correlation = 0;    // the profiler's id of the host op queueing it
-  int64_t queued_ns = 0;       // steady clock, when the host queued it
-  int32_t host_thread = 0;     // the queueing thread's system id
-  double flops = 0;            // arithmetic work (estimate's compute side)
-  double bytes = 0;            // device-memory traffic (estimate's memory side)
-  int64_t estimate_ns = -1;    // estimated Trainium time; -1: not known
+  uint64_t correlation = 0;  // the profiler's id of the host op queueing it
+  int64_t queued_ns = 0;     // steady clock, when the host queued it
+  int32_t host_thread = 0;   // the queueing thread's system id
+  double flops = 0;          // arithmetic work (estimate's compute side)
+  double bytes = 0;          // device-memory traffic (estimate's memory side)
+  int64_t estimate_ns = -1;  // estimated Trainium time; -1: not known
   // estimate_ns's parts, when has_parts (an NKI kernel's cost model gives
   // its total only).
   EstimateParts parts;

@@ -35,18 +35,18 @@ struct TrainiumModel {
   double tensor_fp32_flops_per_ns;
   double tensor_fp8_flops_per_ns;
   double tensor_ghz;
-  int pe_rows;    // contraction (partition) dim of the PE array: 128
-  int pe_cols;    // stationary tile width: 128
-  int moving_free;  // moving tile's free size: up to 512
+  int pe_rows;               // contraction (partition) dim of the PE array: 128
+  int pe_cols;               // stationary tile width: 128
+  int moving_free;           // moving tile's free size: up to 512
   double min_matmul_cycles;  // a matmul instruction's minimum
   // Elementwise work: the Vector and Scalar engines side by side, 128 lanes
   // each at its own clock.
   double vector_elems_per_ns;
   // Memory: the core's share of HBM, at most its DMA engines' peak.
   double hbm_bytes_per_ns;
-  double dma_start_ns;  // a DMA transfer's start, once per item
+  double dma_start_ns;            // a DMA transfer's start, once per item
   double dma_half_payload_bytes;  // payload per partition at half the peak
-  double launch_ns;  // an eager item's launch
+  double launch_ns;               // an eager item's launch
   // An eager item's fixed cost: launch_ns + dma_start_ns (what the
   // profiler's summary calls its latency).
   double fixed_ns;

@@ -203,7 +203,8 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
       if (c.category == "engine") continue;
       c.estimate_start_ns =
           item.estimate_start_ns + static_cast<int64_t>(std::llround(step_at));
-      step_at += scale * static_cast<double>(std::max<int64_t>(c.estimate_ns, 0));
+      step_at +=
+          scale * static_cast<double>(std::max<int64_t>(c.estimate_ns, 0));
     }
     for (size_t k = at + 1; k < out.size(); ++k) {
       DeviceItem& c = out[k];

@@ -1,11 +1,10 @@
 // torch_neuronx._C profiler bindings: the last profiling session's device
 // items (the Parquet tables, the step summary) and the Trainium model the
 // estimates use.
+#include <neuron_runtime/status.h>
 #include <neuron_runtime/trainium_estimate.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <neuron_runtime/status.h>
 
 #include <limits>
 #include <string>
@@ -93,9 +92,10 @@ py::dict modelDict(const neuron_rt::TrainiumModel& m) {
 // NeuronCores (0: the device's, as deviceModel()).
 neuron_rt::TrainiumModel modelFor(const std::string& target, int lnc) {
   if (lnc < 0)
-    throw py::value_error("lnc must be 0 (the device's) or a positive number "
-                          "of NeuronCores, got " +
-                          std::to_string(lnc));
+    throw py::value_error(
+        "lnc must be 0 (the device's) or a positive number "
+        "of NeuronCores, got " +
+        std::to_string(lnc));
   neuron_rt::Target t;
   try {
     t = target.empty() ? neuron_rt::trainiumModel().target
@@ -104,16 +104,16 @@ neuron_rt::TrainiumModel modelFor(const std::string& target, int lnc) {
     throw py::value_error(e.what());
   }
   const neuron_rt::HardwareSpec& spec = neuron_rt::hardwareSpec(t);
-  if (lnc == 0) lnc = runtime().topology().config().logical_core_size;
+  if (lnc == 0)
+    lnc = runtime().topology().config().logical_core_size;
   else if (lnc > 1 && !spec.logical_cores)
     throw py::value_error(std::string(spec.name) +
                           " has no logical cores: lnc must be 0 or 1, got " +
                           std::to_string(lnc));
   else if (spec.cores_per_chip % lnc != 0)
-    throw py::value_error("lnc " + std::to_string(lnc) + " does not divide " +
-                          spec.name + "'s " +
-                          std::to_string(spec.cores_per_chip) +
-                          " NeuronCores per chip");
+    throw py::value_error(
+        "lnc " + std::to_string(lnc) + " does not divide " + spec.name + "'s " +
+        std::to_string(spec.cores_per_chip) + " NeuronCores per chip");
   return neuron_rt::logicalCoreModel(neuron_rt::trainiumModel(t), lnc);
 }
 
