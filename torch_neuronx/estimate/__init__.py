@@ -19,7 +19,7 @@ docs/profiling.md "Planning mode" for how to read the report and its limits.
 
 from __future__ import annotations
 
-from .cost import Cost, CostModel, has_native_costs
+from .cost import Cost, CostModel
 from .layout import Layout
 from .models import KNOWN_CONFIGS
 from .report import Report
@@ -39,7 +39,6 @@ __all__ = [
     "Target",
     "estimate_generate",
     "estimate_training",
-    "has_native_costs",
     "make_target",
     "plan_generate",
     "plan_training",
