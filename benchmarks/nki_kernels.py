@@ -28,19 +28,22 @@ import argparse
 import statistics
 import time
 
-import nki
 import nki.language as nl
 import torch
 import torch.nn.functional as F
 
 import torch_neuronx.nki as tnki
+from torch_neuronx.estimate.published_figures import FIGURES
+from torch_neuronx.estimate.validation_kernels import MATMUL_TUTORIAL
 from torch_neuronx.nki.kernels import flash_attention_fwd, tiled_matmul
 
-PUBLISHED_TRN1_MS = {  # NKI tutorial, matrix multiplication, Trainium1
-    "tiled": 51.80,
-    "hoist_load": 42.96,
-    "block_free_dimension": 22.07,
-    "fully_optimized": 6.97,
+# The NKI matmul tutorial's four kernels and their published Trainium1 times:
+# one copy, the validation table's (torch_neuronx/estimate).
+TUTORIAL_KERNELS = MATMUL_TUTORIAL
+PUBLISHED_TRN1_MS = {
+    f.name.removeprefix("nki-matmul-"): f.published
+    for f in FIGURES
+    if f.name.startswith("nki-matmul-")
 }
 
 
@@ -108,130 +111,6 @@ def bench_flash(repeat):
             f" max |err| {err:.2e}"
         )
     print("  cost model:", str(flash_attention_fwd.last_profile).replace("\n", "\n  "))
-
-
-# The matrix-multiplication tutorial's four kernels, in its style ------------
-@nki.jit
-def mm_tiled(lhsT, rhs):
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    for m in nl.affine_range(M // 128):
-        for n in nl.affine_range(N // 512):
-            res_psum = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(K // 128):
-                lhsT_tile = nl.load(lhsT[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
-                rhs_tile = nl.load(rhs[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
-                res_psum += nl.matmul(lhsT_tile, rhs_tile, transpose_x=True)
-            nl.store(
-                result[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512],
-                value=nl.copy(res_psum, dtype=result.dtype),
-            )
-    return result
-
-
-@nki.jit
-def mm_hoist_load(lhsT, rhs):
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    for m in nl.affine_range(M // 128):
-        lhsT_tiles = nl.ndarray((K // 128, nl.par_dim(128), 128), dtype=lhsT.dtype)
-        for k in nl.affine_range(K // 128):
-            lhsT_tiles[k] = nl.load(lhsT[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
-        for n in nl.affine_range(N // 512):
-            rhs_tiles = nl.ndarray((K // 128, nl.par_dim(128), 512), dtype=rhs.dtype)
-            for k in nl.affine_range(K // 128):
-                rhs_tiles[k] = nl.load(rhs[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
-            res_psum = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(K // 128):
-                res_psum += nl.matmul(lhsT_tiles[k], rhs_tiles[k], transpose_x=True)
-            nl.store(
-                result[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512],
-                value=nl.copy(res_psum, dtype=result.dtype),
-            )
-    return result
-
-
-@nki.jit
-def mm_block_free_dimension(lhsT, rhs, bm=2, bn=2):
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    for m in nl.affine_range(M // (128 * bm)):
-        lhsT_tiles = nl.ndarray((K // 128, nl.par_dim(128), 128 * bm), dtype=lhsT.dtype)
-        for k in nl.affine_range(K // 128):
-            lhsT_tiles[k] = nl.load(
-                lhsT[k * 128 : (k + 1) * 128, m * 128 * bm : (m + 1) * 128 * bm]
-            )
-        for n in nl.affine_range(N // (512 * bn)):
-            rhs_tiles = nl.ndarray((K // 128, nl.par_dim(128), 512 * bn), dtype=rhs.dtype)
-            for k in nl.affine_range(K // 128):
-                rhs_tiles[k] = nl.load(
-                    rhs[k * 128 : (k + 1) * 128, n * 512 * bn : (n + 1) * 512 * bn]
-                )
-            for i in nl.affine_range(bm):
-                for j in nl.affine_range(bn):
-                    res_psum = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-                    for k in nl.affine_range(K // 128):
-                        res_psum += nl.matmul(
-                            lhsT_tiles[k, :, i * 128 : (i + 1) * 128],
-                            rhs_tiles[k, :, j * 512 : (j + 1) * 512],
-                            transpose_x=True,
-                        )
-                    r0 = (m * bm + i) * 128
-                    c0 = (n * bn + j) * 512
-                    nl.store(
-                        result[r0 : r0 + 128, c0 : c0 + 512],
-                        value=nl.copy(res_psum, dtype=result.dtype),
-                    )
-    return result
-
-
-@nki.jit
-def mm_fully_optimized(lhsT, rhs, bm=16, bn=2, bk=8):
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    BM, BN, BK = 128 * bm, 512 * bn, 128 * bk
-    for n in nl.affine_range(N // BN):
-        # fp32 accumulators of a column block, in SBUF across the K blocks.
-        acc = nl.zeros((M // 128, nl.par_dim(128), BN), dtype=nl.float32)
-        for kb in nl.sequential_range(K // BK):
-            rhs_tiles = nl.ndarray((bk, nl.par_dim(128), BN), dtype=rhs.dtype)
-            for k in nl.affine_range(bk):
-                k0 = kb * BK + k * 128
-                rhs_tiles[k] = nl.load(rhs[k0 : k0 + 128, n * BN : (n + 1) * BN])
-            for m in nl.affine_range(M // BM):
-                lhsT_tiles = nl.ndarray((bk, nl.par_dim(128), BM), dtype=lhsT.dtype)
-                for k in nl.affine_range(bk):
-                    k0 = kb * BK + k * 128
-                    lhsT_tiles[k] = nl.load(lhsT[k0 : k0 + 128, m * BM : (m + 1) * BM])
-                for i in nl.affine_range(bm):
-                    for j in nl.affine_range(bn):
-                        res = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-                        for k in nl.affine_range(bk):
-                            res += nl.matmul(
-                                lhsT_tiles[k, :, i * 128 : (i + 1) * 128],
-                                rhs_tiles[k, :, j * 512 : (j + 1) * 512],
-                                transpose_x=True,
-                            )
-                        cols = slice(j * 512, (j + 1) * 512)
-                        acc[m * bm + i, :, cols] = nl.add(acc[m * bm + i, :, cols], res)
-        for mt in nl.affine_range(M // 128):
-            nl.store(
-                result[mt * 128 : (mt + 1) * 128, n * BN : (n + 1) * BN],
-                value=nl.copy(acc[mt], dtype=result.dtype),
-            )
-    return result
-
-
-TUTORIAL_KERNELS = {
-    "tiled": mm_tiled,
-    "hoist_load": mm_hoist_load,
-    "block_free_dimension": mm_block_free_dimension,
-    "fully_optimized": mm_fully_optimized,
-}
 
 
 def check_tutorial_kernels():
