@@ -22,6 +22,32 @@ generated ids still grow every token).
 eager and adaptive eager (the issue: a replayed op should cost the host less than a
 plain one).
 
+--chains: two memory-bound chains (issue 33, operator fusion), each in fresh processes
+on the CPU, with plain eager and with adaptive eager, ms per call (median of --steps
+calls, each followed by torch.neuron.synchronize so each call is one window, after
+max(--warmup, 3) warm-up calls: a sequence is adapted after 2 occurrences):
+
+* gelu_ln: ``F.layer_norm(F.gelu(x + b) + r, (1024,), w, lb)`` under no_grad, x and r
+  [16384, 1024] fp32 (16M elements), b, w, lb [1024];
+* adamw: ``opt.step()`` of torch.optim.AdamW(lr=1e-3, foreach=False, fused=False) over
+  4 fp32 parameters of 12.5M elements (50M) with fixed random gradients.
+
+Also the peak device memory over the timed calls (torch.neuron.max_memory_allocated),
+the device items one call queues (under the profiler, with their estimated Trainium
+time and the sum of their ops'), adaptive eager's statistics per call, and whether the
+results (the chain's output; the parameters after every step) of plain and adaptive
+eager are bitwise equal (sha256 of their bytes): the script exits 1 if not. Targets
+(issue 33): adaptive >= 1.3x faster than plain eager on both chains, adaptive's peak
+<= plain's, bitwise equal. ``--chains gelu_ln`` or ``--chains adamw`` runs one.
+
+--estimate: the profiler's estimated Trainium time (--target, default trn2) per GPT
+training step, plain eager, adaptive eager and (--compiled) torch.compile: --steps steps
+after --warmup under torch.profiler, torch_neuronx.profiling.summary.step_summary's
+per-step estimated time (the sum of the top-level device items' estimates: an adaptive
+item's or a compiled program's own estimate, not its ops'), beside the sum of the ops'
+estimates and the measured device time. Targets (issue 33): adaptive <= 0.6x plain,
+<= 1.25x compiled. Honours --small.
+
 Sizes: the default GPT (6 layers, d 256, T 128, batch 8) and, with --small, the small
 one (4 layers, d 64, T 32, batch 4). Targets (issue 21): adaptive <= 0.85x CPU and
 <= 1.1x compiled on the default GPT; >= 1.3x faster than plain eager on the small one.
@@ -30,11 +56,14 @@ item per repeated sequence: it changes how items reach the device, not what they
 compute, so it is not expected to meet these targets yet (docs/device.md).
 
     python benchmarks/adaptive_eager.py --steps 10 --rounds 2 [--small] [--compiled]
+    python benchmarks/adaptive_eager.py --chains --steps 10 --rounds 3
+    python benchmarks/adaptive_eager.py --estimate --compiled --steps 3 --rounds 1 [--small]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import subprocess
@@ -147,7 +176,197 @@ def run_host_cost(mode: str) -> dict:
     return {"us_per_op": best / (2000 * 11) * 1e6}
 
 
+CHAINS = ("gelu_ln", "adamw")
+CHAIN_TITLES = {
+    "gelu_ln": "bias + GELU + residual + LayerNorm, x [16384, 1024] fp32 (16M elements)",
+    "adamw": "AdamW step (foreach=False, fused=False), 4 x 12.5M fp32 parameters (50M)",
+}
+
+
+def _digest(tensors: list[torch.Tensor]) -> str:
+    """sha256 of the tensors' bytes: equal digests = bitwise equal tensors."""
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _top_level_items() -> tuple[list[dict], list[dict], int]:
+    """The device items of the last profile: (top-level items, leaves, the number of
+    adaptive items whose estimate is their first op's alone, not their ops': the
+    combined item took the first op's note, estimate included — a profiler bug that
+    makes adaptive eager's estimated time look ~0)."""
+    items = torch_neuronx._C._profiler_items()
+    children: dict[int, list[dict]] = {}
+    for i in items:
+        if i["parent"] >= 0:
+            children.setdefault(i["parent"], []).append(i)
+    top = [i for i in items if i["parent"] < 0 and i["category"] != "engine"]
+    leaves = [i for n, i in enumerate(items) if n not in children and i["category"] != "engine"]
+    first_op_only = 0
+    for n, i in enumerate(items):
+        kids = [k for k in children.get(n, []) if k["category"] != "engine"]
+        if i["name"].startswith("adaptive ") and len(kids) > 1:
+            total = sum(max(k["estimate_ns"], 0) for k in kids)
+            first_op_only += i["estimate_ns"] == kids[0]["estimate_ns"] != total
+    return top, leaves, first_op_only
+
+
+_FIRST_OP_ONLY = (
+    "            WARNING: {} adaptive item(s) estimated as their first op alone (the "
+    "combined item took its first op's estimate): the figure above is not their cost"
+)
+
+
+def _collapse(names: list[str]) -> str:
+    """['a', 'a', 'b'] -> 'a x2, b' (runs of the same name); a list that is one
+    pattern repeated k times -> '(pattern) x k'."""
+    for period in range(2, len(names) // 2 + 1):
+        if len(names) % period == 0 and names == names[:period] * (len(names) // period):
+            return f"({_collapse(names[:period])}) x{len(names) // period}"
+    out: list[list] = []
+    for name in names:
+        if out and out[-1][0] == name:
+            out[-1][1] += 1
+        else:
+            out.append([name, 1])
+    return ", ".join(f"{n} x{k}" if k > 1 else n for n, k in out)
+
+
+def run_chain(mode: str, chain: str, args: argparse.Namespace) -> dict:
+    """One memory-bound chain in this process: ms per call (median of args.steps calls,
+    each followed by a synchronize, after >= 3 warm-up calls: the sequence is adapted
+    after 2), host ms per call (issuing it), peak device memory over the timed calls,
+    a digest of the result (the chain's output; the parameters after every step), and,
+    on neuron, one more call under the profiler: its top-level device items, their
+    estimated trn2 time and the sum of their ops' estimates."""
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device("cpu" if mode == "cpu" else "neuron")
+    if device.type == "neuron":
+        torch_neuronx._C._profiler_set_target(args.target)
+    gen = torch.Generator().manual_seed(args.seed)
+    if chain == "gelu_ln":
+        rows, d = 16384, 1024
+        x, r = (torch.randn(rows, d, generator=gen).to(device) for _ in range(2))
+        b, w, lb = (torch.randn(d, generator=gen).to(device) for _ in range(3))
+        out: list[torch.Tensor] = []
+
+        def call() -> None:
+            with torch.no_grad():
+                out[:] = [F.layer_norm(F.gelu(x + b) + r, (d,), w, lb)]
+
+    else:
+        n = 12_500_000
+        params = [torch.randn(n, generator=gen).to(device).requires_grad_() for _ in range(4)]
+        for p in params:
+            p.grad = torch.randn(n, generator=gen).to(device)
+        opt = torch.optim.AdamW(params, lr=1e-3, foreach=False, fused=False)
+        out = params
+
+        def call() -> None:
+            opt.step()
+
+    if mode == "adaptive":
+        torch.neuron.set_adaptive_eager(True)
+    for _ in range(max(args.warmup, 3)):
+        call()
+        synchronize(device)
+    if device.type == "neuron":
+        torch.neuron.reset_peak_memory_stats()
+        warm = torch.neuron.adaptive_eager_stats()
+    times, host = [], []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        call()
+        h = time.perf_counter()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+        host.append(h - t0)
+    res = {"ms": statistics.median(times) * 1e3, "host_ms": statistics.median(host) * 1e3}
+    if device.type != "neuron":
+        call()  # as many calls as on neuron (its last one is profiled)
+        res["digest"] = _digest(out)
+        return res
+    res["peak_mib"] = torch.neuron.max_memory_allocated() / 2**20
+    stats = torch.neuron.adaptive_eager_stats()
+    if mode == "adaptive":
+        keys = ("windows", "replays", "deviations", "items_in_replays", "sequences_adapted")
+        res["per_call"] = {k: (stats[k] - warm[k]) / args.steps for k in keys}
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
+        call()
+        synchronize(device)
+    top, leaves, res["first_op_only"] = _top_level_items()
+    res["items"] = _collapse([i["name"] for i in top])
+    res["est_ms"] = sum(max(i["estimate_ns"], 0) for i in top) / 1e6
+    res["est_ops_ms"] = sum(max(i["estimate_ns"], 0) for i in leaves) / 1e6
+    res["fallback_ops"] = torch_neuronx.get_fallback_ops()
+    res["digest"] = _digest(out)  # the output of the last (profiled) call / every step
+    return res
+
+
+def run_estimate(mode: str, args: argparse.Namespace) -> dict:
+    """The profiler's estimated Trainium time of the example GPT's training step: after
+    args.warmup steps, args.steps steps (no synchronize inside, as in training) under
+    torch.profiler; summary.step_summary's estimated time per step (the sum of the
+    top-level device items' estimates / steps), the sum of the leaf items' (the ops
+    inside an adaptive or compiled item) and the measured device time per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_neuronx.profiling import summary
+
+    torch_neuronx._C._profiler_set_target(args.target)
+    device = torch.device("neuron")
+    vocab = get_tokenizer().vocab_size
+    if args.small:
+        cfg = GPTConfig(vocab_size=vocab, seq_len=32, n_layer=4, n_head=4, d_model=64)
+        batch = 4
+    else:
+        cfg = GPTConfig(vocab_size=vocab, seq_len=args.seq_len)
+        batch = args.batch
+    model = build_model(cfg, device, args.seed)
+    optimizer = make_optimizer(model, 3e-4)
+    model.train()
+    step = torch.compile(train_step, backend="neuron") if mode == "compiled" else train_step
+    if mode == "adaptive":
+        torch.neuron.set_adaptive_eager(True)
+    gen = torch.Generator().manual_seed(args.seed)
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        x, y = get_batch("train", batch, cfg.seq_len, device, gen)
+        step(model, optimizer, x, y)
+    synchronize(device)
+    warm_s = time.perf_counter() - t0
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        for _ in range(args.steps):
+            x, y = get_batch("train", batch, cfg.seq_len, device, gen)
+            loss = step(model, optimizer, x, y)
+        synchronize(device)
+    s = summary.step_summary(prof, steps=args.steps)
+    top, leaves, first_op_only = _top_level_items()
+    kinds: dict[str, int] = {}
+    for i in top:
+        kind = "adaptive" if i["name"].startswith("adaptive ") else i["category"]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return {
+        "target": s["target"]["name"],
+        "est_ms": s["per_step"]["estimated_ns"] / 1e6,
+        "est_ops_ms": sum(max(i["estimate_ns"], 0) for i in leaves) / 1e6 / args.steps,
+        "measured_ms": s["per_step"]["measured_ns"] / 1e6,
+        "items_per_step": {k: v / args.steps for k, v in kinds.items()},
+        "without_estimate": s["items_without_estimate"],
+        "first_op_only": first_op_only,
+        "loss": loss.item(),
+        "warm_s": warm_s,
+    }
+
+
 def run_one(mode: str, args: argparse.Namespace) -> dict:
+    if args.chains:
+        return run_chain(mode, args.chains, args)
+    if args.estimate:
+        return run_estimate(mode, args)
     if args.host_cost:
         return run_host_cost(mode)
     if args.generate:
@@ -193,18 +412,121 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
     return out
 
 
-def run_child(mode: str, args: argparse.Namespace) -> dict:
+def run_child(mode: str, args: argparse.Namespace, chain: str | None = None) -> dict:
     """run_one(mode) in a fresh interpreter (same seed, same batches): its result."""
     cmd = [sys.executable, __file__, "--one", mode, "--steps", str(args.steps)]
     cmd += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
     cmd += ["--seq-len", str(args.seq_len), "--seed", str(args.seed)]
-    for flag in ("small", "generate", "host_cost", "static_cache"):
+    for flag in ("small", "generate", "host_cost", "static_cache", "estimate"):
         if getattr(args, flag):
             cmd.append("--" + flag.replace("_", "-"))
+    if chain:
+        cmd += ["--chains", chain]
+    cmd += ["--target", args.target]
     if args.max_fruitless_adaptations is not None:
         cmd += ["--max-fruitless-adaptations", str(args.max_fruitless_adaptations)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        sys.stderr.write(done.stderr)
+        done.check_returncode()
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main_chains(args: argparse.Namespace) -> int:
+    """--chains: each chain on the CPU, plain eager and adaptive eager, fresh processes;
+    1 when plain and adaptive eager's results are not bitwise equal."""
+    chains = CHAINS if args.chains == "all" else (args.chains,)
+    modes = ("cpu", "eager", "adaptive")
+    print(
+        f"memory-bound chains: ms per call (synchronized), median of {args.steps} calls "
+        f"after {max(args.warmup, 3)} warm-up calls, {args.rounds} rounds, fresh processes"
+    )
+    failed = False
+    for chain in chains:
+        print(f"{chain}: {CHAIN_TITLES[chain]}", flush=True)
+        res: dict[str, list[dict]] = {m: [] for m in modes}
+        for _ in range(args.rounds):
+            for mode in modes:
+                r = run_child(mode, args, chain)
+                res[mode].append(r)
+                peak = f"  peak {r['peak_mib']:.0f} MiB" if "peak_mib" in r else ""
+                est = (
+                    f"  est. {args.target} {r['est_ms']:.3f} ms (its ops {r['est_ops_ms']:.3f})"
+                    if "est_ms" in r
+                    else ""
+                )
+                print(
+                    f"  {mode:<9} {r['ms']:8.1f} ms  host {r['host_ms']:6.1f} ms{peak}{est}",
+                    flush=True,
+                )
+                if r.get("first_op_only"):
+                    print(_FIRST_OP_ONLY.format(r["first_op_only"]))
+        med = {m: statistics.median(r["ms"] for r in res[m]) for m in modes}
+        peak = {m: max(r["peak_mib"] for r in res[m]) for m in ("eager", "adaptive")}
+        print(
+            "  medians: "
+            + ", ".join(f"{m} {v:.1f} ms" for m, v in med.items())
+            + f"   plain / adaptive: {med['eager'] / med['adaptive']:.2f} (target >= 1.3)"
+        )
+        print(
+            f"  peak device memory: plain {peak['eager']:.0f} MiB, adaptive "
+            f"{peak['adaptive']:.0f} MiB (target: adaptive <= plain)"
+        )
+        digests = {m: {r["digest"] for r in res[m]} for m in modes}
+        same = len(digests["eager"] | digests["adaptive"]) == 1
+        cpu_same = digests["cpu"] == digests["eager"]
+        print(
+            f"  bitwise plain == adaptive: {'yes' if same else 'NO'}"
+            f"   (plain == CPU: {'yes' if cpu_same else 'no'})"
+        )
+        failed |= not same
+        for mode in ("eager", "adaptive"):
+            r = res[mode][-1]
+            print(f"  {mode} device items per call: {r['items']}")
+            if r["fallback_ops"]:
+                print(f"  {mode} CPU fallback ops: {r['fallback_ops']}")
+        per_call = res["adaptive"][-1].get("per_call")
+        if per_call:
+            print(
+                "  adaptive per timed call: " + ", ".join(f"{k} {v:g}" for k, v in per_call.items())
+            )
+    if failed:
+        print("FAILED: plain and adaptive eager's results differ", file=sys.stderr)
+    return int(failed)
+
+
+def main_estimate(args: argparse.Namespace) -> None:
+    """--estimate: estimated Trainium time per GPT training step, per mode."""
+    modes = ["eager", "adaptive"] + (["compiled"] if args.compiled else [])
+    size = "small GPT (d64 L4 T32 b4)" if args.small else "GPT (d256 L6 T128 b8)"
+    print(
+        f"{size}: the profiler's estimated {args.target} time per training step "
+        f"({args.steps} profiled steps after {args.warmup}), {args.rounds} rounds"
+    )
+    est: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(args.rounds):
+        for mode in modes:
+            r = run_child(mode, args)
+            est[mode].append(r["est_ms"])
+            kinds = ", ".join(f"{k} {v:g}" for k, v in r["items_per_step"].items())
+            print(
+                f"  {mode:<9} est. {r['est_ms']:8.3f} ms/step  (its ops {r['est_ops_ms']:.3f}; "
+                f"measured {r['measured_ms']:.1f})  loss {r['loss']:.6f}  "
+                f"items/step: {kinds}  warm-up {r['warm_s']:.1f} s",
+                flush=True,
+            )
+            if r["without_estimate"]:
+                print(f"            {r['without_estimate']} items without an estimate")
+            if r["first_op_only"]:
+                print(_FIRST_OP_ONLY.format(r["first_op_only"]))
+    med = {m: statistics.median(v) for m, v in est.items()}
+    print("medians: " + ", ".join(f"{m} {v:.3f} ms" for m, v in med.items()))
+    ratios = f"adaptive / plain: {med['adaptive'] / med['eager']:.2f} (target <= 0.6)"
+    if "compiled" in med:
+        ratios += (
+            f"   adaptive / compiled: {med['adaptive'] / med['compiled']:.2f} (target <= 1.25)"
+        )
+    print(ratios)
 
 
 def main() -> None:
@@ -225,10 +547,28 @@ def main() -> None:
         type=int,
         help="adaptive eager's give-up policy for sequences that never come back",
     )
+    p.add_argument(
+        "--chains",
+        nargs="?",
+        const="all",
+        choices=("all",) + CHAINS,
+        help="memory-bound chains (all, or one of them): plain vs adaptive, peaks, bitwise",
+    )
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="the profiler's estimated Trainium time of the GPT step per mode",
+    )
+    p.add_argument("--target", default="trn2", help="--estimate's Trainium model (trn1/trn2/trn3)")
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         print(json.dumps(run_one(args.one, args)))
+        return
+    if args.chains:
+        sys.exit(main_chains(args))
+    if args.estimate:
+        main_estimate(args)
         return
     if args.host_cost:
         print(f"host µs per op of a repeated sequence of 11 small ops, {args.rounds} rounds")
