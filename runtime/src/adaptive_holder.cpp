@@ -78,17 +78,29 @@ void AdaptiveHolder::releaseLocked(ItemSink& sink) {
   }
   const char* label =
       adaptiveItemLabel(held_.front().label, held_.back().label);
-  auto combined = std::make_unique<HeldItemsTask>(label);
+  auto combined =
+      std::make_unique<HeldItemsTask>(label, adapter_.heldSequence());
   combined->work().reserve(held_.size());
   WorkItem out;
   out.label = label;
   if (sink.tracing()) {
-    out.note = held_.front().note;  // the first op's correlation, queue time
+    // The first op's correlation, thread and queue time; its work and
+    // estimate are its own step's. The item is a program of its steps, known
+    // before it runs (the sequence was recorded): its estimate is one
+    // pipeline of them, as a compiled program's (trainium_estimate.h).
+    const ItemNote& first = held_.front().note;
+    out.note.correlation = first.correlation;
+    out.note.queued_ns = first.queued_ns;
+    out.note.host_thread = first.host_thread;
     out.note.set = false;
     out.note.category = ItemCategory::kProgram;
+    out.note.pipelined = true;
     out.note.adaptive_sequence = adapter_.heldSequence();
   }
-  for (WorkItem& item : held_) combined->work().add(std::move(item));
+  for (WorkItem& item : held_) {
+    if (item.task) item.task->released();
+    combined->work().add(std::move(item));
+  }
   held_.clear();  // its capacity serves the next part
   out.task = std::move(combined);
   sink.put(std::move(out));

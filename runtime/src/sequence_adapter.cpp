@@ -38,6 +38,8 @@ void resetAdaptiveStats() {
   s.never_replayed = 0;
   s.families_stopped = 0;
   s.skipped = 0;
+  s.fused_groups = 0;
+  s.fused_items = 0;
   // `cached` counts what the streams hold now: not a history.
 }
 

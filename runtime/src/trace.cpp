@@ -31,6 +31,8 @@ const char* categoryName(ItemCategory c) {
       return "step";
     case ItemCategory::kEngine:
       return "engine";
+    case ItemCategory::kFused:
+      return "fused";
   }
   return "compute";
 }

@@ -9,8 +9,11 @@ together when the sequence is complete or a synchronization point arrives.
 The items are plain eager's own, run in plain eager's order, so results,
 errors, RNG, memory and stream semantics are plain eager's. A deviation (a
 different op or argument signature) runs what was held and goes on plainly.
-See docs/device.md ("Adaptive eager") for what counts as a synchronization
-point and what this first stage does and does not do yet (fused programs).
+Chains of elementwise ops inside an adapted sequence (a bias, GELU, residual
+and LayerNorm; an optimizer's per-parameter update) run as fused passes, tile by
+tile, with the ops' own kernels: the same bits, less memory traffic. See
+docs/device.md ("Adaptive eager") for what counts as a synchronization point and
+what is fused.
 
 Off by default. ``TORCH_NEURONX_ADAPTIVE_EAGER=1`` or ``set_adaptive_eager(True)``
 turns it on; ``NEURON_LAUNCH_BLOCKING=1`` keeps it off (every op waits anyway).
@@ -37,11 +40,17 @@ __all__ = [
 ]
 
 
-def set_adaptive_eager(enabled: bool, *, threshold: int | None = None) -> None:
+def set_adaptive_eager(
+    enabled: bool, *, threshold: int | None = None, fuse: bool | None = None
+) -> None:
     """Turns adaptive eager on or off for the process (what the streams learned is
     kept: switching it off and on again per step does not start over; see
     ``reset_adaptive_eager``). ``threshold``: how often a sequence must have been
-    seen before its next occurrences run as one item."""
+    seen before its next occurrences run as one item. ``fuse`` (default on): chains
+    of elementwise ops in an adapted sequence run as fused passes, tile by tile,
+    with the same results bit for bit; ``fuse=False`` runs them one by one."""
+    if fuse is not None:
+        _C._adaptive_set_fuse(bool(fuse))
     if threshold is not None:
         if not isinstance(threshold, int) or threshold < 1:
             raise ValueError(f"threshold must be a positive int, got {threshold!r}")
@@ -86,7 +95,11 @@ def adaptive_eager_stats() -> dict[str, int]:
     ``windows_not_adapted`` (windows and periods seen ``threshold`` times but not
     adapted: their family was stopped and they did not come back within
     ``max_sequences`` windows). Also the settings: ``threshold``, ``max_sequences``,
-    ``max_fruitless_windows``, ``max_fruitless_adaptations``."""
+    ``max_fruitless_windows``, ``max_fruitless_adaptations``, ``fuse``.
+
+    Fusion: ``fused_groups`` (fused passes run: chains of an adapted sequence's
+    elementwise ops run tile by tile as one step) and ``items_fused`` (the ops
+    they ran)."""
     stats = dict(_C._adaptive_stats())
     tried = stats["replays"] + stats["deviations"]
     stats["hit_rate"] = stats["replays"] / tried if tried else 0.0

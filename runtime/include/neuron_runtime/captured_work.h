@@ -6,6 +6,7 @@
 // them again in order, over the same device memory, with no host work.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -39,11 +40,24 @@ class CapturedWork {
   uint64_t id() const { return id_; }
   size_t size() const { return steps_.size(); }
   const char* stepLabel(size_t i) const { return steps_.at(i).label; }
+  // The step's task (null for a step that is a plain function): what an
+  // eager step computes, for adaptive eager's fusion (sequence_fusion.h).
+  Task* stepTask(size_t i) const { return steps_.at(i).task.get(); }
+  const ItemNote& stepNote(size_t i) const { return steps_.at(i).note; }
 
   // Runs every step in order; a failing one ends the run, and the error
   // names the step and `label` (the batch or graph): "step (3 of label)".
   // While the item running it is traced, each step is a child record.
   void run(const char* label) const;
+  // Runs step `i` alone, as run() runs each.
+  void runStep(size_t i, const char* label) const;
+  // Runs steps [first, last) as ONE step: `fused` computes what they would,
+  // instead of their own code. Traced as one child labelled `fused_label`
+  // with `note`, followed by one child per step it covers, marked as inside
+  // it (ItemNote::fused_into). A failure names the first step.
+  void runFused(size_t first, size_t last, const char* label,
+                const char* fused_label, ItemNote note,
+                const std::function<void()>& fused) const;
 
  private:
   uint64_t id_;
@@ -52,14 +66,19 @@ class CapturedWork {
 
 // Held items run once, in order, as ONE work item labelled `label` (a batch,
 // a part of an adaptive sequence).
+// A part of an adaptive sequence (`sequence` != 0, its id) runs through the
+// held-sequence runner when one is set (sequence_fusion.h): adaptive eager's
+// fusion of its steps.
 class HeldItemsTask final : public Task {
  public:
-  explicit HeldItemsTask(const char* label) : label_(label), work_(0) {}
+  explicit HeldItemsTask(const char* label, uint64_t sequence = 0)
+      : label_(label), sequence_(sequence), work_(0) {}
   CapturedWork& work() { return work_; }
-  void run() override { work_.run(label_); }
+  void run() override;
 
  private:
   const char* label_;
+  uint64_t sequence_;
   CapturedWork work_;
 };
 

@@ -39,9 +39,9 @@
 // evicted or deviates, never per item; turning the mode on afresh (the
 // generation bump) forgets it.
 //
-// This is the first stage of the mode: the held items run as they are. The
-// second (a fused program built from the sequence) plugs in where a
-// complete sequence runs.
+// The first stage of the mode runs the held items as they are; the second
+// (sequence_fusion.h) runs chains of them as fused passes, where a complete
+// sequence, or a part of one, runs.
 #pragma once
 
 #include <atomic>
@@ -79,6 +79,9 @@ struct AdaptiveSettings {
   // A long sequence runs in parts of this many items (0: whole), so the
   // device starts on a step while the host is still issuing it.
   std::atomic<int> chunk_items{64};
+  // Runs an adapted sequence's elementwise chains as fused passes, tile by
+  // tile (sequence_fusion.h), where the host's runner can.
+  std::atomic<bool> fuse{true};
   // Bumped to make every stream forget what it learned (adapted sequences,
   // counts, giving up): turning the mode on starts afresh.
   std::atomic<uint64_t> generation{0};
@@ -102,6 +105,10 @@ struct AdaptiveStats {
   // Windows and periods seen `threshold` times but not adapted: their family
   // was stopped and they did not come back within reach.
   std::atomic<uint64_t> skipped{0};
+  // Fused passes run (each one group of an adapted sequence's steps), and
+  // the steps they ran.
+  std::atomic<uint64_t> fused_groups{0};
+  std::atomic<uint64_t> fused_items{0};
 };
 AdaptiveStats& adaptiveStats();
 void resetAdaptiveStats();

@@ -28,6 +28,7 @@ enum class ItemCategory : uint8_t {
   kKernel,      // an NKI kernel (its engines are children)
   kStep,        // a step of a program, batch or replayed graph
   kEngine,      // an engine's busy time inside an NKI kernel (estimate only)
+  kFused,       // adaptive eager: steps run as one pass (its ops follow it)
 };
 const char* categoryName(ItemCategory c);
 
@@ -74,6 +75,10 @@ struct ItemNote {
   // (neuron_rt::programEstimate); other items with children are the sum of
   // them.
   bool pipelined = false;
+  // A step that ran inside a fused step (adaptive eager): the fused step's
+  // position among its item's children; -1 otherwise. Its estimate is its
+  // share of the fused step's, not added to the item's.
+  int32_t fused_into = -1;
   bool set = false;  // the host described the item (category, work)
   // Free-form "key=value;key=value" facts (a collective's group, size,
   // peers, sequence number). Shared: a replayed graph reuses its steps'.

@@ -23,6 +23,10 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual void run() = 0;
+  // Adaptive eager held the item and now lets it go, as part of ONE item
+  // (on the host, in stream order): an eager op notes what it needs to know
+  // then (sequence_fusion.h: which of its tensors the host still holds).
+  virtual void released() {}
 };
 using TaskPtr = std::unique_ptr<Task>;
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "adaptive/item_signature.h"
 #include "core/compute_pool.h"
 
 namespace torch_neuronx {
@@ -22,8 +23,11 @@ int AliasPlan::add(const at::Tensor& t) {
     for (size_t i = 0; i < storages_.size(); ++i)
       if (storages_[i].key == key) storage = static_cast<int>(i);
     if (storage < 0) {
-      storages_.push_back(StorageSpec{
-          key, const_cast<void*>(t.storage().data()), t.storage().nbytes()});
+      storages_.push_back(
+          StorageSpec{key, const_cast<void*>(t.storage().data()),
+                      t.storage().nbytes(), std::nullopt, true});
+      if (adaptive::enabled())
+        storages_.back().watch.emplace(t.storage().getWeakStorageImpl());
       storage = static_cast<int>(storages_.size()) - 1;
     }
     spec.storage = storage;
@@ -45,6 +49,14 @@ int AliasPlan::keep(at::Tensor t) {
   kept_.push_back(std::move(t));
   tensors_.push_back(std::move(spec));
   return static_cast<int>(tensors_.size()) - 1;
+}
+
+void AliasPlan::noteHeldStorages() {
+  for (StorageSpec& s : storages_) {
+    if (!s.watch) continue;
+    s.held = !s.watch->expired();
+    s.watch.reset();  // known now; nothing more to watch
+  }
 }
 
 AliasPlan::Built AliasPlan::build() const {

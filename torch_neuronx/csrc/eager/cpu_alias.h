@@ -18,6 +18,7 @@
 #include <c10/core/Storage.h>
 #include <c10/util/SmallVector.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -57,11 +58,32 @@ class AliasPlan {
     return tensors_[i].storage >= 0 ? tensors_[i].dtype.itemsize() : 0;
   }
 
+  // What the item computes on (op_item.h): where each recorded tensor lives.
+  // storageOf: its index among the storages, -1 undefined, -2 a kept host
+  // tensor.
+  int storageOf(int i) const { return tensors_[i].storage; }
+  int64_t offsetOf(int i) const { return tensors_[i].storage_offset; }
+  caffe2::TypeMeta dtypeOf(int i) const { return tensors_[i].dtype; }
+  const at::Tensor& keptOf(int i) const { return kept_[tensors_[i].kept]; }
+  int storageCount() const { return static_cast<int>(storages_.size()); }
+  void* storageData(int s) const { return storages_[s].data; }
+  size_t storageBytes(int s) const { return storages_[s].nbytes; }
+
+  // Whether the host still held storage `s` when the item was released
+  // (noteHeldStorages): a fused pass's output that nothing reads afterwards
+  // costs a Trainium no HBM traffic. Known only for items recorded while
+  // adaptive eager was on; true otherwise.
+  bool storageHeld(int s) const { return storages_[s].held; }
+  void noteHeldStorages();
+
  private:
   struct StorageSpec {
     const c10::StorageImpl* key;  // identifies the storage (host side only)
     void* data;
     size_t nbytes;
+    // Set while adaptive eager is on: tells whether the host still holds it.
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> watch;
+    bool held = true;
   };
   struct TensorSpec {
     c10::SmallVector<int64_t, 5> sizes;

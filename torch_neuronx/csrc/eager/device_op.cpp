@@ -20,6 +20,7 @@
 #include "eager/ivalue_tensors.h"
 #include "eager/meta_cache.h"
 #include "eager/op_args.h"
+#include "eager/op_item.h"
 #include "eager/op_stats.h"
 #include "eager/op_traits.h"
 #include "eager/random_op.h"
@@ -215,44 +216,108 @@ PlannedResults planResults(const c10::FunctionSchema& schema,
   return p;
 }
 
-// Step 3: one work item, the CPU kernel over aliases of the device memory,
-// copying fresh results into their device tensors. A failure of the item is
-// reported into `failure` when the call validates a new signature.
+// Step 3's item: the CPU kernel over aliases of the device memory, copying
+// fresh results into their device tensors. It says what it computes
+// (op_item.h).
+class CpuKernelItem final : public OpItem {
+ public:
+  CpuKernelItem(const c10::OperatorHandle& op, const char* name,
+                FailureSlot failure)
+      : OpItem(name), call_(op), failure_(std::move(failure)) {}
+
+  // Records the arguments (the operands of the written ones marked), then
+  // the fresh results' device tensors.
+  void record(const OpTraits& traits, const std::vector<IValue>& args,
+              const PlannedResults& planned) {
+    const auto& schema = call_.op.schema();
+    buildCpuArgs(call_, args, schema, /*fresh_out_args=*/false, traits);
+    // buildCpuArgs records each argument's tensors in order: find which
+    // operands belong to written arguments by counting them again.
+    int at = 0;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const auto& arg = schema.arguments()[i];
+      const bool written = traits.arg_is_out[i] ||
+                           (arg.alias_info() && arg.alias_info()->isWrite());
+      // Counted as record() counts them (mapTensors).
+      (void)mapTensors(args[i], [&](const at::Tensor& t) -> at::Tensor {
+        if (written) written_.push_back(at);
+        ++at;
+        return t;
+      });
+    }
+    for (int i : planned.fresh) {
+      const int first = call_.plan.count();
+      targets_.emplace_back(i, call_.record(planned.outs[i]));
+      for (int k = first; k < call_.plan.count(); ++k) written_.push_back(k);
+    }
+  }
+
+  void run() override {
+    runOnDeviceInto(failure_, [&] {
+      AliasPlan::Built built = call_.plan.build();
+      runOn(built);
+    });
+  }
+  void runOn(AliasPlan::Built& built) override {
+    size_t next = 0;
+    const torch::jit::Stack stack = call_.run(built, next);
+    for (auto& [i, recorded] : targets_) {
+      const IValue target = CpuCall::substitute(recorded, built, next);
+      const IValue& result = stack[i];
+      if (target.isTensor()) {
+        if (target.toTensor().defined())
+          target.toTensor().copy_(result.toTensor());
+      } else {
+        auto dst = target.toTensorList();
+        auto src = result.toTensorList();
+        for (size_t k = 0; k < dst.size(); ++k)
+          if (dst.get(k).defined()) dst.get(k).copy_(src.get(k));
+      }
+    }
+  }
+  const AliasPlan& operands() const override { return call_.plan; }
+  bool writes(int i) const override {
+    return std::find(written_.begin(), written_.end(), i) != written_.end();
+  }
+  bool validating() const override { return failure_ != nullptr; }
+  std::vector<IValue> arguments() const override {
+    std::vector<IValue> out;
+    int at = 0;
+    auto describe = [&](const IValue& v) {
+      return mapTensors(v, [&](const at::Tensor&) -> at::Tensor {
+        return describeOperand(call_.plan, at++);
+      });
+    };
+    for (const IValue& v : call_.args) out.push_back(describe(v));
+    for (const auto& [i, recorded] : targets_)
+      out.push_back(describe(recorded));
+    return out;
+  }
+
+ protected:
+  AliasPlan& operandsForUpdate() override { return call_.plan; }
+
+ private:
+  CpuCall call_;
+  std::vector<std::pair<int, IValue>> targets_;
+  c10::SmallVector<int, 2> written_;
+  FailureSlot failure_;
+};
+
+// Step 3: one work item, the CPU kernel over aliases of the device memory.
+// A failure of the item is reported into `failure` when the call validates
+// a new signature.
 void enqueueCpuKernel(const c10::OperatorHandle& op, const OpTraits& traits,
                       const std::vector<IValue>& args,
                       const PlannedResults& planned, c10::DeviceIndex device,
                       const FailureSlot& failure) {
-  auto call = std::make_shared<CpuCall>(op);
-  buildCpuArgs(*call, args, op.schema(), /*fresh_out_args=*/false,
-               traits);
-  // The fresh results' device tensors, recorded after the arguments.
-  auto targets = std::make_shared<std::vector<std::pair<int, IValue>>>();
-  for (int i : planned.fresh)
-    targets->emplace_back(i, call->record(planned.outs[i]));
+  auto item = std::make_unique<CpuKernelItem>(op, traits.name.c_str(), failure);
+  item->record(traits, args, planned);
   if (profiler::recordingItems())
-    profiler::noteEagerItem(traits.name.c_str(), call->plan);
+    profiler::noteEagerItem(traits.name.c_str(), item->operands());
   if (adaptive::enabled())
-    adaptive::signFromPlan(traits.name.c_str(), call->plan);
-  launch(device, traits.name.c_str(), [call, targets, failure] {
-    runOnDeviceInto(failure, [&] {
-      const AliasPlan::Built built = call->plan.build();
-      size_t next = 0;
-      const torch::jit::Stack stack = call->run(built, next);
-      for (auto& [i, recorded] : *targets) {
-        const IValue target = CpuCall::substitute(recorded, built, next);
-        const IValue& result = stack[i];
-        if (target.isTensor()) {
-          if (target.toTensor().defined())
-            target.toTensor().copy_(result.toTensor());
-        } else {
-          auto dst = target.toTensorList();
-          auto src = result.toTensorList();
-          for (size_t k = 0; k < dst.size(); ++k)
-            if (dst.get(k).defined()) dst.get(k).copy_(src.get(k));
-        }
-      }
-    });
-  });
+    adaptive::signFromPlan(traits.name.c_str(), item->operands());
+  launchTask(device, traits.name.c_str(), std::move(item));
 }
 
 }  // namespace

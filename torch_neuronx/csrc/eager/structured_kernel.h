@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,7 @@
 #include "eager/first_call_validation.h"
 #include "eager/meta_cache.h"
 #include "eager/op_args.h"
+#include "eager/op_item.h"
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
 #include "profiler/op_cost.h"
@@ -80,6 +82,9 @@ struct Arg {
   static const T& meta(MetaMirror&, const T& v) { return v; }
   static Held hold(AliasPlan&, const T& v) { return v; }
   static const T& pass(const Held& h, Built&) { return h; }
+  static c10::IValue describe(const AliasPlan&, const Held& h) {
+    return c10::IValue(h);
+  }
 };
 
 // A tensor argument is held as its index in the item's built aliases.
@@ -98,6 +103,9 @@ struct Arg<at::Tensor> {
     return holdTensor(a, t);
   }
   static at::Tensor& pass(Held h, Built& b) { return b[h]; }
+  static c10::IValue describe(const AliasPlan& a, Held h) {
+    return describeOperand(a, h);
+  }
 };
 
 template <>
@@ -117,6 +125,9 @@ struct Arg<std::optional<at::Tensor>> {
     return t ? holdTensor(a, *t) : -1;
   }
   static T pass(Held h, Built& b) { return h < 0 ? T() : T(b[h]); }
+  static c10::IValue describe(const AliasPlan& a, Held h) {
+    return h < 0 ? c10::IValue() : c10::IValue(describeOperand(a, h));
+  }
 };
 
 template <>
@@ -149,6 +160,12 @@ struct Arg<at::ITensorListRef> {
     return at::ITensorListRef(
         at::ArrayRef<at::Tensor>(b.data() + h.first, h.second));
   }
+  static c10::IValue describe(const AliasPlan& a, Held h) {
+    c10::List<at::Tensor> l;
+    for (int i = 0; i < h.second; ++i)
+      l.push_back(describeOperand(a, h.first + i));
+    return c10::IValue(l);
+  }
 };
 
 // Non-owning argument types are held by value in the work item.
@@ -160,6 +177,9 @@ struct Arg<at::IntArrayRef> {
   static at::IntArrayRef meta(MetaMirror&, at::IntArrayRef v) { return v; }
   static Held hold(AliasPlan&, at::IntArrayRef v) { return v.vec(); }
   static at::IntArrayRef pass(const Held& h, Built&) { return h; }
+  static c10::IValue describe(const AliasPlan&, const Held& h) {
+    return c10::IValue(h);
+  }
 };
 
 template <>
@@ -176,6 +196,9 @@ struct Arg<at::OptionalIntArrayRef> {
   static at::OptionalIntArrayRef pass(const Held& h, Built&) {
     return h ? at::OptionalIntArrayRef(*h) : at::OptionalIntArrayRef();
   }
+  static c10::IValue describe(const AliasPlan&, const Held& h) {
+    return h ? c10::IValue(*h) : c10::IValue();
+  }
 };
 
 template <>
@@ -186,6 +209,9 @@ struct Arg<c10::string_view> {
   static c10::string_view meta(MetaMirror&, c10::string_view v) { return v; }
   static Held hold(AliasPlan&, c10::string_view v) { return std::string(v); }
   static c10::string_view pass(const Held& h, Built&) { return h; }
+  static c10::IValue describe(const AliasPlan&, const Held& h) {
+    return c10::IValue(h);
+  }
 };
 
 template <>
@@ -199,6 +225,9 @@ struct Arg<std::optional<c10::string_view>> {
     return v ? Held(std::string(*v)) : std::nullopt;
   }
   static T pass(const Held& h, Built&) { return h ? T(*h) : std::nullopt; }
+  static c10::IValue describe(const AliasPlan&, const Held& h) {
+    return h ? c10::IValue(*h) : c10::IValue();
+  }
 };
 
 template <typename T>
@@ -354,16 +383,64 @@ void runKeepingViewBits(Built& b, F&& kernel) {
 }
 
 // A work item of the fast paths: the plan of its aliases and its arguments
-// (tensors as alias indices), and the code that runs it, in one allocation.
+// (tensors as alias indices), and its kernel, in one allocation. It says
+// what it computes (op_item.h): `written` lists the operands its kernel
+// writes, and `outputs` where they sit among its arguments.
+enum class Outputs : uint8_t {
+  kResults,    // a functional op: new tensors, after its arguments
+  kSelf,       // an in-place op: its first argument (`out`)
+  kArguments,  // an out= op: among its arguments
+};
+
 template <typename Out, typename... Args>
-struct HeldWork final : neuron_rt::Task {
+struct HeldWork final : OpItem {
+  explicit HeldWork(const char* name, Outputs o) : OpItem(name), outputs(o) {}
   AliasPlan plan;
   std::tuple<typename ArgOf<Args>::Held...> args;
   Out out{};
   FailureSlot failure;  // set when the host validates this call
-  void (*body)(HeldWork&) = nullptr;
-  void run() override { body(*this); }
+  Outputs outputs;
+  c10::SmallVector<int, 2> written;
+  // The CPU kernel over the given tensors (the aliases, or tiles of them).
+  void (*kernel)(HeldWork&, Built&) = nullptr;
+
+  void run() override {
+    runOnDeviceInto(failure, [&] {
+      Built built = plan.build();
+      runOn(built);
+    });
+  }
+  void runOn(Built& b) override {
+    runKeepingViewBits(b, [&] { kernel(*this, b); });
+  }
+  const AliasPlan& operands() const override { return plan; }
+  bool writes(int i) const override {
+    return std::find(written.begin(), written.end(), i) != written.end();
+  }
+  bool validating() const override { return failure != nullptr; }
+  std::vector<c10::IValue> arguments() const override {
+    std::vector<c10::IValue> a;
+    if (outputs == Outputs::kSelf)
+      a.push_back(describeOperand(plan, written[0]));
+    std::apply(
+        [&](const auto&... h) {
+          (a.push_back(ArgOf<Args>::describe(plan, h)), ...);
+        },
+        args);
+    if (outputs == Outputs::kResults)
+      for (int i : written) a.push_back(describeOperand(plan, i));
+    return a;
+  }
+
+ protected:
+  AliasPlan& operandsForUpdate() override { return plan; }
 };
+
+inline void noteWritten(c10::SmallVector<int, 2>& w, int i) { w.push_back(i); }
+template <size_t N>
+void noteWritten(c10::SmallVector<int, 2>& w, const std::array<int, N>& a) {
+  for (int i : a) w.push_back(i);
+}
 
 template <auto MetaFn, auto CpuOutFn, const char* Name,
           typename Sig = decltype(MetaFn)>
@@ -404,16 +481,13 @@ struct Functional<MetaFn, CpuOutFn, Name, Ret (*)(Args...)> {
     }
     using OutIndex = decltype(aliasOut(std::declval<AliasPlan&>(), out));
     using Work = HeldWork<OutIndex, Args...>;
-    auto work = std::make_unique<Work>();
+    auto work = std::make_unique<Work>(Name, Outputs::kResults);
     work->args = {ArgOf<Args>::hold(work->plan, args)...};
     work->out = aliasOut(work->plan, out);
+    noteWritten(work->written, work->out);
     work->failure = failure;
-    work->body = [](Work& w) {
-      runOnDeviceInto(w.failure, [&] {
-        Built built = w.plan.build();
-        runKeepingViewBits(
-            built, [&] { run(built, w, std::index_sequence_for<Args...>{}); });
-      });
+    work->kernel = [](Work& w, Built& b) {
+      run(b, w, std::index_sequence_for<Args...>{});
     };
     {
       const AliasPlan& plan = work->plan;
@@ -472,16 +546,13 @@ struct Inplace<MetaFn, CpuFn, Name, at::Tensor& (*)(at::Tensor&, Rest...)> {
       failure = validationSlot<at::Tensor, Rest...>(Name, self, rest...);
     }
     using Work = HeldWork<int, Rest...>;
-    auto work = std::make_unique<Work>();
+    auto work = std::make_unique<Work>(Name, Outputs::kSelf);
     work->out = work->plan.add(self);
+    work->written.push_back(work->out);
     work->args = {ArgOf<Rest>::hold(work->plan, rest)...};
     work->failure = failure;
-    work->body = [](Work& w) {
-      runOnDeviceInto(w.failure, [&] {
-        Built built = w.plan.build();
-        runKeepingViewBits(
-            built, [&] { run(built, w, std::index_sequence_for<Rest...>{}); });
-      });
+    work->kernel = [](Work& w, Built& b) {
+      run(b, w, std::index_sequence_for<Rest...>{});
     };
     {
       const AliasPlan& plan = work->plan;

@@ -76,15 +76,11 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
     }
     giveGeometries(*geometry, Seq{}, args...);
     using Work = HeldWork<int, Args...>;
-    auto work = std::make_unique<Work>();
+    auto work = std::make_unique<Work>(Name, Outputs::kArguments);
     work->args = {ArgOf<Args>::hold(work->plan, args)...};
+    noteOutputs(work->written, work->args, Seq{});
     work->failure = failure;
-    work->body = [](Work& w) {
-      runOnDeviceInto(w.failure, [&] {
-        Built built = w.plan.build();
-        runKeepingViewBits(built, [&] { run(built, w.args, Seq{}); });
-      });
-    };
+    work->kernel = [](Work& w, Built& b) { run(b, w.args, Seq{}); };
     {
       const AliasPlan& plan = work->plan;
       launchHeld(device, Name, std::move(work), failure, key, plan);
@@ -174,6 +170,17 @@ struct OutVariant<MetaFn, CpuFn, Name, Ret (*)(Args...)> {
   template <typename Held, size_t... I>
   static void run(Built& b, Held& held, std::index_sequence<I...>) {
     CpuFn(ArgOf<Args>::pass(std::get<I>(held), b)...);
+  }
+
+  // The operands the kernel writes: the out= arguments' aliases.
+  template <typename Held, size_t... I>
+  static void noteOutputs(c10::SmallVector<int, 2>& w, const Held& held,
+                          std::index_sequence<I...>) {
+    (noteOut<Args>(w, std::get<I>(held)), ...);
+  }
+  template <typename T, typename H>
+  static void noteOut(c10::SmallVector<int, 2>& w, const H& h) {
+    if constexpr (kIsOut<T>) w.push_back(h);
   }
 
   // The outputs are the trailing arguments (the schema puts them last).

@@ -14,6 +14,7 @@
 #include "core/stream.h"
 #include "eager/cpu_alias.h"
 #include "eager/op_args.h"
+#include "eager/op_item.h"
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
 #include "profiler/op_cost.h"
@@ -47,6 +48,60 @@ void checkDtype(const at::Tensor& input) {
 at::Tensor contiguousOrUndefined(const at::Tensor& t) {
   return t.defined() ? t.contiguous() : t;
 }
+
+// The forward's item says what it computes (eager/op_item.h). Its kernel
+// normalises each row of N on its own, so it runs over any whole rows of its
+// tensors (a fused pass's tiles): M follows from the input it is given.
+class LayerNormForwardItem final : public OpItem {
+ public:
+  LayerNormForwardItem(const char* name, int64_t m, int64_t n, double eps)
+      : OpItem(name), m_(m), n_(n), eps_(eps) {}
+  AliasPlan plan;  // x, gamma, beta, out, mean, rstd
+
+  void run() override {
+    runOnDevice([&] {
+      AliasPlan::Built t = plan.build();
+      runOn(t);
+    });
+  }
+  void runOn(AliasPlan::Built& t) override {
+    // Its own tensors: its M (rows of no elements included); tiles: theirs.
+    const int64_t m =
+        t[0].numel() == m_ * n_ || n_ == 0 ? m_ : t[0].numel() / n_;
+    at::native::LayerNormKernel(c10::kCPU, t[0], t[1], t[2], m, n_, eps_, &t[3],
+                                &t[4], &t[5]);
+  }
+  const AliasPlan& operands() const override { return plan; }
+  bool writes(int i) const override { return i >= 3; }
+  std::vector<c10::IValue> arguments() const override {
+    const at::Tensor x = describeOperand(plan, 0);
+    std::vector<int64_t> shape(x.sizes().end() - normalizedDims(x),
+                               x.sizes().end());
+    return {x,
+            c10::IValue(shape),
+            describeOperand(plan, 1),
+            describeOperand(plan, 2),
+            c10::IValue(eps_),
+            describeOperand(plan, 3),
+            describeOperand(plan, 4),
+            describeOperand(plan, 5)};
+  }
+  int64_t rowLength() const override { return n_; }
+
+ protected:
+  AliasPlan& operandsForUpdate() override { return plan; }
+
+ private:
+  // The trailing dims of x making up a row of n_ elements.
+  int64_t normalizedDims(const at::Tensor& x) const {
+    int64_t d = 0, p = 1;
+    while (d < x.dim() && p < n_) p *= x.size(x.dim() - 1 - d++);
+    return d;
+  }
+  int64_t m_;
+  int64_t n_;
+  double eps_;
+};
 
 template <typename F>
 void launchKernel(c10::DeviceIndex device, const char* name, F&& body) {
@@ -86,17 +141,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nativeLayerNorm(
   at::Tensor mean = at::empty(stat_shape, stat_opts);
   at::Tensor rstd = at::empty(stat_shape, stat_opts);
 
-  auto plan = std::make_shared<AliasPlan>();
+  auto item = std::make_unique<LayerNormForwardItem>(kName, M, N, eps);
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
            &x, &gamma, &beta, &out, &mean, &rstd})
-    plan->add(*t);
-  if (profiler::recordingItems()) profiler::noteEagerItem(kName, *plan);
-  if (adaptive::enabled()) adaptive::signFromPlan(kName, *plan);
-  launchKernel(device, kName, [plan, M = M, N = N, eps] {
-    AliasPlan::Built t = plan->build();  // x, gamma, beta, out, mean, rstd
-    at::native::LayerNormKernel(c10::kCPU, t[0], t[1], t[2], M, N, eps, &t[3],
-                                &t[4], &t[5]);
-  });
+    item->plan.add(*t);
+  if (profiler::recordingItems()) profiler::noteEagerItem(kName, item->plan);
+  if (adaptive::enabled()) adaptive::signFromPlan(kName, item->plan);
+  launchTask(device, kName, std::move(item));
   return {out, mean, rstd};
 }
 

@@ -157,6 +157,12 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
       for (const auto* c : it->second) {
         out.push_back(make(*c, at));
         DeviceItem& ci = out.back();
+        if (c->note.fused_into >= 0) {
+          // Inside a fused step (recorded after it): the step's estimate
+          // covers it.
+          ci.fused_into = at + 1 + c->note.fused_into;
+          continue;
+        }
         // Engines overlap inside their kernel: they are not summed.
         if (ci.estimate_ns >= 0 && ci.category != "engine") {
           child_sum += static_cast<double>(ci.estimate_ns);
@@ -200,11 +206,34 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
     double step_at = 0;
     for (size_t k = at + 1; k < out.size(); ++k) {
       DeviceItem& c = out[k];
-      if (c.category == "engine") continue;
+      if (c.category == "engine" || c.fused_into >= 0) continue;
       c.estimate_start_ns =
           item.estimate_start_ns + static_cast<int64_t>(std::llround(step_at));
       step_at +=
           scale * static_cast<double>(std::max<int64_t>(c.estimate_ns, 0));
+    }
+    // Ops inside a fused step: one after another in the step's estimated
+    // span, in proportion to what each would cost alone.
+    for (size_t k = at + 1; k < out.size(); ++k) {
+      const DeviceItem& f = out[k];
+      if (f.category != "fused") continue;
+      double alone = 0;
+      for (size_t j = k + 1;
+           j < out.size() && out[j].fused_into == static_cast<int64_t>(k); ++j)
+        alone += static_cast<double>(std::max<int64_t>(out[j].estimate_ns, 0));
+      const double share =
+          alone > 0
+              ? static_cast<double>(std::max<int64_t>(f.estimate_ns, 0)) / alone
+              : 0;
+      double inside_at = 0;
+      for (size_t j = k + 1;
+           j < out.size() && out[j].fused_into == static_cast<int64_t>(k);
+           ++j) {
+        out[j].estimate_start_ns =
+            f.estimate_start_ns + static_cast<int64_t>(std::llround(inside_at));
+        inside_at += share * static_cast<double>(
+                                 std::max<int64_t>(out[j].estimate_ns, 0));
+      }
     }
     for (size_t k = at + 1; k < out.size(); ++k) {
       DeviceItem& c = out[k];

@@ -43,6 +43,10 @@ struct DeviceItem {
   int64_t estimate_start_ns;
   // The item this one is a child of (-1: none), by position in the list.
   int64_t parent;
+  // An op that ran inside a fused step of an adaptive item (tile by tile,
+  // with the step's other ops): that step's index in the list; -1 otherwise.
+  // Its estimate is what it would cost alone; the fused step's is the cost.
+  int64_t fused_into = -1;
   std::string detail;  // "key=value;..."
 };
 

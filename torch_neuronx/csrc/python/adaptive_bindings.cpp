@@ -28,9 +28,12 @@ void bindAdaptive(py::module_& m) {
       py::arg("threshold"), py::arg("max_sequences"),
       py::arg("max_fruitless_windows"),
       py::arg("max_fruitless_adaptations") = 0);
+  m.def("_adaptive_set_fuse",
+        [](bool on) { neuron_rt::adaptiveSettings().fuse.store(on); });
   m.def("_adaptive_settings", [] {
     auto& s = neuron_rt::adaptiveSettings();
     py::dict d;
+    d["fuse"] = s.fuse.load();
     d["threshold"] = s.threshold.load();
     d["max_sequences"] = s.max_sequences.load();
     d["max_fruitless_windows"] = s.max_fruitless_windows.load();
@@ -51,6 +54,8 @@ void bindAdaptive(py::module_& m) {
     d["sequences_never_replayed"] = s.never_replayed.load();
     d["families_stopped"] = s.families_stopped.load();
     d["windows_not_adapted"] = s.skipped.load();
+    d["fused_groups"] = s.fused_groups.load();
+    d["items_fused"] = s.fused_items.load();
     return d;
   });
   m.def("_adaptive_reset_stats", &neuron_rt::resetAdaptiveStats);
