@@ -99,15 +99,34 @@ def test_one_device_item_per_replayed_sequence(tmp_path):
     assert adapted, [i["name"] for i in items if i["parent"] < 0]
     top = items.index(adapted[0])
     children = [i for i in items if i["parent"] == top]
+    # Its ops, and fused steps among them (a range around the ops it ran as one
+    # pass, each op pointing at it with fused_into).
+    ops_run = [i for i in children if i["category"] != "fused"]
     first, last = adapted[0]["name"][len("adaptive ") :].split(" .. ")
-    assert children[0]["name"] == first and children[-1]["name"] == last
-    assert len(children) >= 3
+    assert ops_run[0]["name"] == first and ops_run[-1]["name"] == last
+    assert len(ops_run) >= 3
+    fused = [(k, i) for k, i in enumerate(items) if i["parent"] == top and i["category"] == "fused"]
+    assert fused, [i["name"] for i in children]
+    for k, step in fused:
+        inside = [i for i in items if i["fused_into"] == k]
+        assert len(inside) >= 2 and inside == items[k + 1 : k + 1 + len(inside)]
+        assert step["name"] == f"fused {inside[0]['name']} .. {inside[-1]['name']}"
+        assert 0 < step["estimate_ns"] < sum(i["estimate_ns"] for i in inside)
+        # The ops share the step's measured span, one after another.
+        assert inside[0]["start_ns"] == step["start_ns"] and inside[-1]["end_ns"] == step["end_ns"]
+        for a, b in zip(inside, inside[1:], strict=False):
+            assert a["end_ns"] == b["start_ns"]
+    assert all(i["fused_into"] == -1 for i in items if i["parent"] < 0 or i["category"] == "fused")
     # The sequence it replays, as a field (the same sequence every step).
     sequences = {i["adaptive_sequence"] for i in adapted}
     assert 0 not in sequences and len(sequences) <= len(adapted)
     assert all(i["adaptive_sequence"] == 0 for i in children)
     assert all(i["adaptive_sequence"] == 0 for i in items if i["parent"] < 0 and i not in adapted)
-    assert adapted[0]["estimate_ns"] > 0  # the sum of its ops'
+    # One pipeline of its steps (the fused step standing for the ops it ran): not
+    # its first op's estimate, at most the sum of its steps'.
+    steps = [i for i in children if i["fused_into"] < 0]
+    assert 0 < adapted[0]["estimate_ns"] <= sum(i["estimate_ns"] for i in steps)
+    assert adapted[0]["estimate_ns"] > ops_run[0]["estimate_ns"]
     # Each op inside keeps its own device time, linked to the op that queued it;
     # the combined item is their range on the stream's track.
     ops = {e.key: e for e in prof.key_averages()}
@@ -126,6 +145,21 @@ def test_one_device_item_per_replayed_sequence(tmp_path):
     ]
     assert [k["name"] for k in inside][:1] == [first]
     assert all("correlation" in k["args"] for k in inside)
+    # A fused step is a range on the same track (not a kernel), its ops' kernels
+    # nested in it, each still linked to its host op.
+    franges = [e for e in events if e.get("ph") == "X" and e["name"].startswith("fused ")]
+    assert franges and not any(e.get("cat") == "kernel" for e in franges)
+    on_track = [e for e in franges if e["tid"] == 0]
+    f0 = on_track[0]
+    nested = [
+        k
+        for k in kernels
+        if k["tid"] == 0
+        and f0["ts"] - 1e-3 <= k["ts"]
+        and k["ts"] + k["dur"] <= f0["ts"] + f0["dur"] + 1e-3
+        and k["args"].get("fused into") == f0["name"]
+    ]
+    assert len(nested) >= 2 and all("correlation" in k["args"] for k in nested)
 
 
 def test_profiling_tables_keep_adaptive_items():

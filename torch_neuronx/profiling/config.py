@@ -60,7 +60,17 @@ DEFAULT_MODES = (ProfileMode.DEVICE, ProfileMode.RUNTIME)
 
 # The device item categories event type filters can name (the simulated
 # runtime's event types; the vendor's NRT event names do not exist here).
-EVENT_TYPES = ("compute", "copy", "marker", "collective", "program", "kernel", "step", "engine")
+EVENT_TYPES = (
+    "compute",
+    "copy",
+    "marker",
+    "collective",
+    "program",
+    "kernel",
+    "step",
+    "engine",
+    "fused",
+)
 
 
 def _valid_modes_text() -> str:

@@ -62,8 +62,11 @@ def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.D
     for an estimate without parts, a roofline of the item's flops and bytes plus the
     model's fixed cost (``overlap_ns`` 0). ``bound``: the largest part's name
     (``""`` without an estimate or with a zero one); ``has_children``; ``leaf`` (a
-    top-level item without children, or a child that is not an engine: what sums
-    without counting work twice).
+    top-level item without children, or a child that is not an engine nor an op
+    inside a fused step: what sums without counting work twice; a fused step of
+    adaptive eager is one leaf, the ops it ran are not); ``attributed_ns`` (the
+    share of the top-level estimates the item carries for its host op, see
+    :func:`attributed_estimates`).
     """
     m = model or target()
     df = items.copy()
@@ -113,7 +116,9 @@ def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.D
     has_children = np.zeros(n, dtype=bool)
     has_children[parent[parent >= 0]] = True
     is_engine = category == "engine"
-    leaf = (~has_children) & (~is_engine)
+    fused_into = _fused_into(df)
+    # An op inside a fused step: the step is its cost (the step is a leaf).
+    leaf = (~has_children) & (~is_engine) & (fused_into < 0)
 
     bound = np.array([""] * n, dtype=object)
     for i in range(n):
@@ -129,7 +134,63 @@ def item_costs(items: pd.DataFrame, model: dict[str, Any] | None = None) -> pd.D
     df["bound"] = bound
     df["has_children"] = has_children
     df["leaf"] = leaf
+    df["attributed_ns"] = attributed_estimates(df)
     return df
+
+
+def _fused_into(items: pd.DataFrame) -> np.ndarray:
+    if "fused_into" not in items.columns:
+        return np.full(len(items), -1, dtype=np.int64)
+    return items["fused_into"].to_numpy(dtype=np.int64)
+
+
+def attributed_estimates(items: pd.DataFrame) -> np.ndarray:
+    """Each item's share of the top-level estimates, in ns, for tables per host op.
+
+    A top-level item carries its own estimate (0 when it has none), except an
+    adaptive-eager item (``adaptive_sequence``), whose ops each have their own host
+    op: its estimate (one pipeline of its steps) goes to its steps in proportion to
+    their estimates, and a fused step's share goes on to the ops it ran
+    (``fused_into``) in proportion to their estimates alone (equal shares when they
+    have none). Other children (a program's steps, engines) and what was passed on
+    carry 0, so the column sums to the sum of the top-level estimates.
+    """
+    n = len(items)
+    out = np.zeros(n)
+    if not n:
+        return out
+    est = np.clip(items["estimate_ns"].to_numpy(dtype=float), 0, None)
+    parent = items["parent"].to_numpy(dtype=np.int64)
+    category = items["category"].astype(str).to_numpy()
+    seq = (
+        items["adaptive_sequence"].to_numpy()
+        if "adaptive_sequence" in items.columns
+        else np.zeros(n, dtype=np.int64)
+    )
+    fused_into = _fused_into(items)
+    top = (parent < 0) & (category != "engine")
+    out[top] = est[top]
+    kids: dict[int, list[int]] = {}
+    for i in np.flatnonzero(parent >= 0):
+        kids.setdefault(int(parent[i]), []).append(int(i))
+    for p in np.flatnonzero(top & (seq != 0)):
+        steps = [k for k in kids.get(int(p), []) if category[k] != "engine" and fused_into[k] < 0]
+        total = float(est[steps].sum()) if steps else 0.0
+        if total <= 0:
+            continue
+        scale = out[p] / total
+        out[p] = 0.0
+        for k in steps:
+            out[k] = est[k] * scale
+    for f in np.flatnonzero(category == "fused"):
+        ops = np.flatnonzero(fused_into == f)
+        if not len(ops):
+            continue
+        alone = est[ops]
+        weights = alone / alone.sum() if alone.sum() > 0 else np.full(len(ops), 1 / len(ops))
+        out[ops] = out[f] * weights
+        out[f] = 0.0
+    return out
 
 
 def _bound(compute: float, memory: float, fixed: float, network: float, category: str) -> str:
@@ -202,7 +263,11 @@ def step_summary(prof, steps=None, top: int = 10) -> dict[str, Any]:
     * ``per_step``: measured_ns, estimated_ns, flops divided by ``steps``;
     * ``top``: the ``top`` leaf-item names with the largest estimated total, each a
       dict of name, category, count, estimated_ns, measured_ns, flops, bytes,
-      compute_ns, memory_ns, latency_ns, bound and share (of estimated_ns).
+      compute_ns, memory_ns, latency_ns, bound and share (of estimated_ns). A fused
+      step of adaptive eager (category ``"fused"``, named ``fused <first op> ..
+      <last op>``) is one leaf with its own estimate, flops and bytes (what the
+      group reads from outside and writes back); the ops it ran are not counted
+      again.
     """
     model = target()
     items = tables.device_items(prof)
@@ -360,17 +425,23 @@ def key_averages(prof) -> pd.DataFrame:
     Columns (us): ``name``, ``count``, ``self_cpu_time_total``, ``cpu_time_total``,
     ``self_device_time_total``, ``device_time_total`` (PyTorch's measured figures),
     ``self_estimated_trainium_time_total`` (estimates of the device items the op's
-    events queued themselves), ``estimated_trainium_time_total`` (the same including
+    events queued themselves; of an adaptive-eager item, each op its share: the
+    item's estimate split over its steps in proportion to theirs, a fused step's
+    over the ops it ran in proportion to their estimates alone, see
+    :func:`attributed_estimates`), ``estimated_trainium_time_total`` (the same including
     the items of all the events nested in them, as ``device_time_total`` does), and
     ``flops`` (of the items queued by the op's events and their children).
     Sorted by ``estimated_trainium_time_total``.
     """
     ops = tables.ops(prof)
     items = tables.device_items(prof)
-    top_level = items[(items["parent"] < 0) & (items["category"] != "engine")]
-    est = top_level["estimate_ns"].clip(lower=0) / 1e3
-    own_est = est.groupby(top_level["correlation"]).sum().to_dict()
-    own_flops = items[items["category"] != "engine"].groupby("correlation")["flops"].sum()
+    est = pd.Series(attributed_estimates(items), index=items.index) / 1e3
+    carried = est > 0
+    own_est = est[carried].groupby(items["correlation"][carried]).sum().to_dict()
+    # A fused step's flops are its ops': counted once, with the ops.
+    own_flops = (
+        items[~items["category"].isin(["engine", "fused"])].groupby("correlation")["flops"].sum()
+    )
     own_flops = own_flops.to_dict()
 
     corr = ops["correlation"].tolist()

@@ -9,9 +9,9 @@ Four tables, all from one profile ``prof``:
     start of the profile, the base ``prof.events()`` uses.
 ``device_items``
     One row per device work item the runtime traced (``torch_neuronx._C._profiler_items()``),
-    including the children of an item (a program's steps, an NKI kernel's engines),
-    with its measured duration, its estimated Trainium time and the host op that
-    queued it.
+    including the children of an item (a program's steps, an NKI kernel's engines, an
+    adaptive-eager item's ops and fused steps), with its measured duration, its
+    estimated Trainium time and the host op that queued it.
 ``memory_events``
     The profiler's allocation records (``profile_memory=True``): one row per
     allocation (``bytes`` > 0) or free (``bytes`` < 0).
@@ -64,6 +64,7 @@ ITEM_FIELDS = (
     "estimate_overlap_ns",
     "estimate_start_ns",
     "parent",
+    "fused_into",
     "detail",
 )
 
@@ -137,14 +138,15 @@ def _items_match(items: list[dict], dev_events: list, start_ns: int | None) -> b
     torch.profiler shows every top-level item except engines (children and
     engines are annotations it leaves out), with the item's name and start and
     the host op's correlation id as the event id; of an adaptive-eager item
-    (``adaptive_sequence``), the ops it ran instead (the item is their range). An
+    (``adaptive_sequence``), the ops it ran instead (the item is their range, and
+    so is a fused step among them, category ``"fused"``). An
     item queued without a correlation id (no host op recorded it, e.g. during a
     schedule's warmup) gets an arbitrary event id, so those are matched by name and
     start only.
     """
 
     def shown_item(it: dict) -> bool:
-        if it["category"] == "engine":
+        if it["category"] in ("engine", "fused"):
             return False
         if it["parent"] < 0:
             return not it.get("adaptive_sequence", 0)
@@ -284,6 +286,7 @@ def _rebuild_items(prof, dev_events: list, start_ns: int | None) -> list[dict]:
                 **parts,
                 "estimate_start_ns": start,
                 "parent": -1,
+                "fused_into": -1,
                 "detail": detail,
             }
         )
@@ -348,7 +351,12 @@ def device_items(prof) -> pd.DataFrame:
     ``"vector"``, ``""`` without flops; ``element_bytes`` the size of the dtype its
     flops are in; ``adaptive_sequence`` for an adaptive-eager item the id of the
     repeated op sequence it runs, 0 for other items; ``parent`` the row of the item a
-    child belongs to, -1 none) plus ``duration_ns`` (end - start,
+    child belongs to, -1 none; ``fused_into`` for an op that ran inside a fused step
+    of an adaptive-eager item (category ``"fused"``, a child of the same item) the
+    step's row, -1 otherwise: such an op's ``estimate_ns`` is what it would cost
+    alone, the step's estimate is the cost, so it is not added up; its start and
+    end are its share of the step's measured span, in proportion to its estimate
+    alone) plus ``duration_ns`` (end - start,
     measured on the simulated device), ``start_us``, ``end_us``, ``queued_us``,
     ``estimate_start_us`` (the same times in us from the start of the profile, the
     base of ``ops``'s times), ``host_correlation`` (the ``ops`` row that queued the
@@ -381,6 +389,7 @@ def device_items(prof) -> pd.DataFrame:
             "estimate_overlap_ns": "float64",
             "estimate_start_ns": "int64",
             "parent": "int64",
+            "fused_into": "int64",
             "name": "string",
             "category": "string",
             "detail": "string",
@@ -647,7 +656,8 @@ def select_steps(
     """The device items queued during the given ``ProfilerStep#N`` ranges.
 
     steps: step numbers, or None for every recorded step. Returns the selected
-    rows (children follow their item; ``parent`` renumbered to the selection) and
+    rows (children follow their item; ``parent`` and ``fused_into`` renumbered to
+    the selection) and
     the step numbers. Without step ranges (no schedule) and steps None: all items
     and ``[]``. A step that is not in the profile is a ValueError.
 
@@ -675,6 +685,9 @@ def select_steps(
     keep |= (parent >= 0) & keep[np.clip(parent, 0, None)]
     renumber = np.cumsum(keep) - 1
     out = items[keep].reset_index(drop=True)
-    old = out["parent"].to_numpy()
-    out["parent"] = np.where(old >= 0, renumber[np.clip(old, 0, None)], -1)
+    for col in ("parent", "fused_into"):
+        if col not in out.columns:
+            continue
+        old = out[col].to_numpy()
+        out[col] = np.where(old >= 0, renumber[np.clip(old, 0, None)], -1)
     return out, sorted(sel["step"].tolist())

@@ -137,6 +137,7 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
       d.has_parts = e.has_parts && e.ns >= 0;
     }
     d.estimate_start_ns = 0;
+    d.estimate_span_ns = std::max<int64_t>(d.estimate_ns, 0);
     d.parent = parent;
     d.detail = r.note.detail ? *r.note.detail : "";
     return d;
@@ -175,6 +176,40 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
         }
       }
     }
+    // Ops inside a fused step ran as one pass, each over the whole of the
+    // step's measured span: each gets its share of that span instead, in
+    // proportion to what it would cost alone (equal shares without
+    // estimates), one after another, so they nest in the step and their
+    // measured times add up to the step's.
+    for (size_t k = at + 1; k < out.size(); ++k) {
+      const DeviceItem& f = out[k];
+      if (f.category != "fused") continue;
+      size_t end = k + 1;
+      double alone = 0;
+      for (; end < out.size() && out[end].fused_into == static_cast<int64_t>(k);
+           ++end)
+        alone +=
+            static_cast<double>(std::max<int64_t>(out[end].estimate_ns, 0));
+      const size_t n = end - (k + 1);
+      if (n == 0) continue;
+      const double span = static_cast<double>(f.end_ns - f.start_ns);
+      double done = 0;
+      for (size_t j = k + 1; j < end; ++j) {
+        const double w =
+            alone > 0
+                ? static_cast<double>(std::max<int64_t>(out[j].estimate_ns, 0))
+                : 1.0;
+        const double total = alone > 0 ? alone : static_cast<double>(n);
+        out[j].start_ns = f.start_ns + static_cast<int64_t>(
+                                           std::llround(span * done / total));
+        done += w;
+        out[j].end_ns =
+            j + 1 == end
+                ? f.end_ns
+                : f.start_ns +
+                      static_cast<int64_t>(std::llround(span * done / total));
+      }
+    }
     DeviceItem& item = out[at];
     if (item.estimate_ns < 0 && child_estimates) {
       if (r->note.pipelined && child_parts) {
@@ -192,7 +227,8 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
     // queued it.
     int64_t& end = stream_end[{item.device, item.stream}];
     item.estimate_start_ns = std::max(item.queued_ns, end);
-    end = item.estimate_start_ns + std::max<int64_t>(item.estimate_ns, 0);
+    item.estimate_span_ns = std::max<int64_t>(item.estimate_ns, 0);
+    end = item.estimate_start_ns + item.estimate_span_ns;
     // Children: steps one after another from the item's estimated start;
     // an engine (recorded when its kernel finished) from the start of the
     // step it ran in, or the item's.
@@ -209,8 +245,10 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
       if (c.category == "engine" || c.fused_into >= 0) continue;
       c.estimate_start_ns =
           item.estimate_start_ns + static_cast<int64_t>(std::llround(step_at));
-      step_at +=
+      const double span =
           scale * static_cast<double>(std::max<int64_t>(c.estimate_ns, 0));
+      c.estimate_span_ns = static_cast<int64_t>(std::llround(span));
+      step_at += span;
     }
     // Ops inside a fused step: one after another in the step's estimated
     // span, in proportion to what each would cost alone.
@@ -222,17 +260,17 @@ std::vector<DeviceItem> buildTimeline(std::vector<neuron_rt::TraceRecord> recs,
            j < out.size() && out[j].fused_into == static_cast<int64_t>(k); ++j)
         alone += static_cast<double>(std::max<int64_t>(out[j].estimate_ns, 0));
       const double share =
-          alone > 0
-              ? static_cast<double>(std::max<int64_t>(f.estimate_ns, 0)) / alone
-              : 0;
+          alone > 0 ? static_cast<double>(f.estimate_span_ns) / alone : 0;
       double inside_at = 0;
       for (size_t j = k + 1;
            j < out.size() && out[j].fused_into == static_cast<int64_t>(k);
            ++j) {
         out[j].estimate_start_ns =
             f.estimate_start_ns + static_cast<int64_t>(std::llround(inside_at));
-        inside_at += share * static_cast<double>(
-                                 std::max<int64_t>(out[j].estimate_ns, 0));
+        const double span = share * static_cast<double>(std::max<int64_t>(
+                                        out[j].estimate_ns, 0));
+        out[j].estimate_span_ns = static_cast<int64_t>(std::llround(span));
+        inside_at += span;
       }
     }
     for (size_t k = at + 1; k < out.size(); ++k) {

@@ -41,11 +41,19 @@ struct DeviceItem {
   neuron_rt::EstimateParts parts;
   bool has_parts;
   int64_t estimate_start_ns;
+  // Its length on the estimated track: its estimate, or, for a step of an
+  // item estimated below the sum of its steps (a pipeline), its estimate
+  // scaled into the item's span; for an op inside a fused step, its share
+  // of the step's span.
+  int64_t estimate_span_ns = 0;
   // The item this one is a child of (-1: none), by position in the list.
   int64_t parent;
   // An op that ran inside a fused step of an adaptive item (tile by tile,
   // with the step's other ops): that step's index in the list; -1 otherwise.
-  // Its estimate is what it would cost alone; the fused step's is the cost.
+  // Its estimate is what it would cost alone; the fused step's is the cost
+  // (the op is not added to its item's). Its start and end are its share of
+  // the step's measured span, in proportion to its estimate; its estimated
+  // start is inside the step's estimated span, likewise.
   int64_t fused_into = -1;
   std::string detail;  // "key=value;..."
 };

@@ -7,7 +7,10 @@
 // items the thread queues), with a flow arrow from a launch marker on the
 // host thread. Children (a program's steps, an NKI kernel's engines) and the
 // estimated-Trainium track are annotations, which torch.profiler leaves out
-// of its op tables so device time is never counted twice.
+// of its op tables so device time is never counted twice. An adaptive-eager
+// item is the other way round (its ops are the kernels, it is their range);
+// a fused step inside it is a range too, around the ops it ran, each op on
+// its share of the step's span.
 #include <IActivityProfiler.h>
 #include <c10/util/Exception.h>
 #include <libkineto.h>
@@ -17,6 +20,8 @@
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -175,10 +180,18 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       // is their range (an annotation), so every op keeps its own device
       // time in key_averages().
       const bool adaptive_range = it.parent < 0 && it.adaptive_sequence != 0;
-      const bool adaptive_op =
-          it.parent >= 0 && items[it.parent].adaptive_sequence != 0;
+      // A fused step (the ops it ran follow it, each its own kernel inside
+      // the step's span) is a range like the adaptive item.
+      const bool fused_step = it.category == "fused";
+      const bool adaptive_op = it.parent >= 0 && !fused_step &&
+                               items[it.parent].adaptive_sequence != 0;
       const bool child = it.parent >= 0 && !adaptive_op;
       const bool annotation = child || adaptive_range;
+      const DeviceItem* fused_in =
+          it.fused_into >= 0 ? &items[it.fused_into] : nullptr;
+      // On the estimated track: its estimate, scaled into its item's span
+      // (a pipeline's step) or its share of its fused step's.
+      const int64_t estimated_span = it.estimate_span_ns;
       const libkineto::ITraceActivity* host_op =
           (linked && it.correlation)
               ? linked(static_cast<int32_t>(it.correlation))
@@ -212,6 +225,13 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         if (it.skipped) a.addMetadata("skipped", 1);
         if (it.adaptive_sequence)
           a.addMetadata("adaptive_sequence", it.adaptive_sequence);
+        if (fused_in) {
+          // Its estimate above is what it would cost alone; the step's is
+          // the cost, this its share of it.
+          a.addMetadataQuoted("fused into", fused_in->name);
+          a.addMetadata("fused share us",
+                        static_cast<double>(estimated_span) / 1e3);
+        }
         addDetail(a, it.detail);
         if (!annotation) {
           a.id = static_cast<int32_t>(it.correlation);
@@ -248,10 +268,10 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       }
 
       // The estimated Trainium timeline.
-      if (it.estimate_ns > 0) {
+      if (estimated_span > 0) {
         GenericTraceActivity& e = add(ActivityType::USER_ANNOTATION, it.name);
         e.startTime = it.estimate_start_ns;
-        e.endTime = it.estimate_start_ns + it.estimate_ns;
+        e.endTime = it.estimate_start_ns + estimated_span;
         e.device = it.device;
         e.resource = it.stream + kEstimatedTrack;
         e.threadId = e.resource;
@@ -262,6 +282,11 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         // Why it takes that long: estimate = compute + dma + latency -
         // overlap (trainium_estimate.h).
         if (it.has_parts) addParts(e, it.parts, "");
+        if (fused_in) {
+          // Its parts are its own alone; the span its share of the step's.
+          e.addMetadataQuoted("fused into", fused_in->name);
+          e.addMetadata("alone us", static_cast<double>(it.estimate_ns) / 1e3);
+        }
         e.log(logger);
       }
     }

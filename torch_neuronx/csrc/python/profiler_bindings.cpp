@@ -51,6 +51,7 @@ py::list lastItems() {
     d["estimate_overlap_ns"] = parts ? it.parts.overlap_ns : none;
     d["estimate_start_ns"] = it.estimate_start_ns;
     d["parent"] = it.parent;
+    d["fused_into"] = it.fused_into;
     d["detail"] = it.detail;
     out.append(d);
   }
