@@ -433,7 +433,8 @@ std::vector<FusionGroup> planFusion(const neuron_rt::CapturedWork& work,
     if (current.ops.size() >= 2) {
       current.chunks = chunks;
       current.tile = tileElements(current);
-      placeTemporaries(work, current);
+      // One tile: each op runs whole, in place.
+      if (current.numel > current.tile) placeTemporaries(work, current);
       groups.push_back(std::move(current));
     }
     current = FusionGroup{};

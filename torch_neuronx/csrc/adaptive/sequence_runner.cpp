@@ -1,6 +1,7 @@
 #include "adaptive/sequence_runner.h"
 
 #include <ATen/Parallel.h>
+#include <neuron_runtime/fnv1a.h>
 #include <neuron_runtime/sequence_adapter.h>
 #include <neuron_runtime/sequence_fusion.h>
 #include <neuron_runtime/stream.h>
@@ -10,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,8 @@
 namespace torch_neuronx::adaptive {
 namespace {
 
+using neuron_rt::fnv1aMix;
+
 // "fused <first> .. <last>", interned: item labels live for the process.
 const char* fusedLabel(const char* first, const char* last) {
   static std::mutex mu;
@@ -31,18 +35,68 @@ const char* fusedLabel(const char* first, const char* last) {
   return it->second.c_str();
 }
 
+// The plans of the parts a worker thread ran. A part is the same steps at
+// each replay (its sequence's, from the same position); what can change is
+// where their tensors live and which the host still held. Those decide only
+// groups larger than one tile (hazards between tiles, tile buffers): a plan
+// whose groups all fit one tile runs each op whole, in order, and holds at
+// every replay. Those are kept (planning costs ~0.5 us per step; a small
+// model's step has hundreds), the others planned again each time (their
+// steps take milliseconds).
+class PlanCache {
+ public:
+  const std::vector<FusionGroup>& planFor(const neuron_rt::CapturedWork& work,
+                                          uint64_t sequence, int threads) {
+    items_.clear();
+    uint64_t h = fnv1aMix(neuron_rt::kFnv1aBasis, sequence);
+    h = fnv1aMix(h, static_cast<uint64_t>(threads));
+    for (size_t i = 0; i < work.size(); ++i) {
+      auto* item = dynamic_cast<OpItem*>(work.stepTask(i));
+      items_.push_back(item);
+      h = fnv1aMix(h, reinterpret_cast<uintptr_t>(work.stepLabel(i)) +
+                          (item ? (item->validating() ? 1 : 2) : 0));
+    }
+    auto it = plans_.find(h);
+    if (it == plans_.end()) {
+      fresh_ = planFusion(work, threads);
+      const bool fits =
+          std::all_of(fresh_.begin(), fresh_.end(),
+                      [](const FusionGroup& g) { return g.numel <= g.tile; });
+      if (!fits) return fresh_;
+      if (plans_.size() >= kMaxPlans) plans_.clear();
+      it = plans_.emplace(h, std::move(fresh_)).first;
+    }
+    // The plan's ops are this part's items.
+    for (FusionGroup& g : it->second)
+      for (FusedOp& op : g.ops) op.item = items_[op.step];
+    return it->second;
+  }
+
+ private:
+  static constexpr size_t kMaxPlans = 1024;
+  std::unordered_map<uint64_t, std::vector<FusionGroup>> plans_;
+  std::vector<FusionGroup> fresh_;
+  std::vector<OpItem*> items_;
+};
+
+// One cache per stream worker (runners run on every stream's worker).
+PlanCache& plans() {
+  thread_local PlanCache cache;
+  return cache;
+}
+
 class FusingRunner final : public neuron_rt::HeldSequenceRunner {
  public:
   void run(const neuron_rt::CapturedWork& work, const char* label,
-           uint64_t /*sequence*/) override {
+           uint64_t sequence) override {
     if (!neuron_rt::adaptiveSettings().fuse.load(std::memory_order_relaxed)) {
       work.run(label);
       return;
     }
     // The threads an item starts with decide the kernels' chunks.
     neuron_rt::runWorkerItemHook();
-    const std::vector<FusionGroup> groups =
-        planFusion(work, at::get_num_threads());
+    const std::vector<FusionGroup>& groups =
+        plans().planFor(work, sequence, at::get_num_threads());
     auto& stats = neuron_rt::adaptiveStats();
     size_t i = 0;
     for (const FusionGroup& g : groups) {
