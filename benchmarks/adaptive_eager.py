@@ -44,8 +44,9 @@ eager are bitwise equal (sha256 of their bytes): the script exits 1 if not. Targ
 training step, plain eager, adaptive eager and (--compiled) torch.compile: --steps steps
 after --warmup under torch.profiler, torch_neuronx.profiling.summary.step_summary's
 per-step estimated time (the sum of the top-level device items' estimates: an adaptive
-item's or a compiled program's own estimate, not its ops'), beside the sum of the ops'
-estimates and the measured device time. Targets (issue 33): adaptive <= 0.6x plain,
+item's or a compiled program's own, one pipeline of its steps, a fused step of adaptive
+eager one kernel), beside the sum of the ops' estimates each alone (what they would
+cost one by one) and the measured device time. Targets (issue 33): adaptive <= 0.6x plain,
 <= 1.25x compiled. Honours --small.
 
 Sizes: the default GPT (6 layers, d 256, T 128, batch 8) and, with --small, the small
@@ -191,31 +192,24 @@ def _digest(tensors: list[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _top_level_items() -> tuple[list[dict], list[dict], int]:
-    """The device items of the last profile: (top-level items, leaves, the number of
-    adaptive items whose estimate is their first op's alone, not their ops': the
-    combined item took the first op's note, estimate included — a profiler bug that
-    makes adaptive eager's estimated time look ~0)."""
+def _top_level_items() -> tuple[list[dict], list[dict], list[dict]]:
+    """The device items of the last profile: (top-level items, the ops, fused steps).
+
+    The ops are the items without children (not engines, not fused steps), each
+    with its estimate alone: an op that ran inside a fused step of adaptive eager
+    (``fused_into`` >= 0) is one of them, at what it would cost one by one. A top-level
+    item's estimate is its own (an adaptive item's or a compiled program's: one
+    pipeline of its steps, a fused step one kernel)."""
     items = torch_neuronx._C._profiler_items()
-    children: dict[int, list[dict]] = {}
-    for i in items:
-        if i["parent"] >= 0:
-            children.setdefault(i["parent"], []).append(i)
+    parents = {i["parent"] for i in items if i["parent"] >= 0}
     top = [i for i in items if i["parent"] < 0 and i["category"] != "engine"]
-    leaves = [i for n, i in enumerate(items) if n not in children and i["category"] != "engine"]
-    first_op_only = 0
-    for n, i in enumerate(items):
-        kids = [k for k in children.get(n, []) if k["category"] != "engine"]
-        if i["name"].startswith("adaptive ") and len(kids) > 1:
-            total = sum(max(k["estimate_ns"], 0) for k in kids)
-            first_op_only += i["estimate_ns"] == kids[0]["estimate_ns"] != total
-    return top, leaves, first_op_only
-
-
-_FIRST_OP_ONLY = (
-    "            WARNING: {} adaptive item(s) estimated as their first op alone (the "
-    "combined item took its first op's estimate): the figure above is not their cost"
-)
+    ops = [
+        i
+        for n, i in enumerate(items)
+        if n not in parents and i["category"] not in ("engine", "fused")
+    ]
+    fused = [i for i in items if i["category"] == "fused"]
+    return top, ops, fused
 
 
 def _collapse(names: list[str]) -> str:
@@ -297,7 +291,7 @@ def run_chain(mode: str, chain: str, args: argparse.Namespace) -> dict:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
         call()
         synchronize(device)
-    top, leaves, res["first_op_only"] = _top_level_items()
+    top, leaves, _ = _top_level_items()
     res["items"] = _collapse([i["name"] for i in top])
     res["est_ms"] = sum(max(i["estimate_ns"], 0) for i in top) / 1e6
     res["est_ops_ms"] = sum(max(i["estimate_ns"], 0) for i in leaves) / 1e6
@@ -310,8 +304,10 @@ def run_estimate(mode: str, args: argparse.Namespace) -> dict:
     """The profiler's estimated Trainium time of the example GPT's training step: after
     args.warmup steps, args.steps steps (no synchronize inside, as in training) under
     torch.profiler; summary.step_summary's estimated time per step (the sum of the
-    top-level device items' estimates / steps), the sum of the leaf items' (the ops
-    inside an adaptive or compiled item) and the measured device time per step."""
+    top-level device items' estimates / steps: the profiler's own, an adaptive item one
+    pipeline of its steps), the sum of the ops' estimates alone (the ops inside an
+    adaptive or compiled item, inside a fused step too) and the measured device time
+    per step."""
     from torch.profiler import ProfilerActivity, profile
 
     from torch_neuronx.profiling import summary
@@ -344,11 +340,13 @@ def run_estimate(mode: str, args: argparse.Namespace) -> dict:
             loss = step(model, optimizer, x, y)
         synchronize(device)
     s = summary.step_summary(prof, steps=args.steps)
-    top, leaves, first_op_only = _top_level_items()
+    top, leaves, fused = _top_level_items()
     kinds: dict[str, int] = {}
     for i in top:
         kind = "adaptive" if i["name"].startswith("adaptive ") else i["category"]
         kinds[kind] = kinds.get(kind, 0) + 1
+    if fused:
+        kinds["fused steps in them"] = len(fused)
     return {
         "target": s["target"]["name"],
         "est_ms": s["per_step"]["estimated_ns"] / 1e6,
@@ -356,7 +354,6 @@ def run_estimate(mode: str, args: argparse.Namespace) -> dict:
         "measured_ms": s["per_step"]["measured_ns"] / 1e6,
         "items_per_step": {k: v / args.steps for k, v in kinds.items()},
         "without_estimate": s["items_without_estimate"],
-        "first_op_only": first_op_only,
         "loss": loss.item(),
         "warm_s": warm_s,
     }
@@ -459,8 +456,6 @@ def main_chains(args: argparse.Namespace) -> int:
                     f"  {mode:<9} {r['ms']:8.1f} ms  host {r['host_ms']:6.1f} ms{peak}{est}",
                     flush=True,
                 )
-                if r.get("first_op_only"):
-                    print(_FIRST_OP_ONLY.format(r["first_op_only"]))
         med = {m: statistics.median(r["ms"] for r in res[m]) for m in modes}
         peak = {m: max(r["peak_mib"] for r in res[m]) for m in ("eager", "adaptive")}
         print(
@@ -517,8 +512,6 @@ def main_estimate(args: argparse.Namespace) -> None:
             )
             if r["without_estimate"]:
                 print(f"            {r['without_estimate']} items without an estimate")
-            if r["first_op_only"]:
-                print(_FIRST_OP_ONLY.format(r["first_op_only"]))
     med = {m: statistics.median(v) for m, v in est.items()}
     print("medians: " + ", ".join(f"{m} {v:.3f} ms" for m, v in med.items()))
     ratios = f"adaptive / plain: {med['adaptive'] / med['eager']:.2f} (target <= 0.6)"
