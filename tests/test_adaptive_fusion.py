@@ -598,11 +598,6 @@ def test_freed_temporary_reused_and_read_in_the_window():
     assert all(ptrs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 33: a held result whose block a dead temporary of the group had is "
-    "written to a tile buffer only (placeTemporaries marks every access of the range)",
-)
 def test_freed_temporary_reused_by_a_result_read_after_the_window():
     # As above, but the result is read only after a synchronize (in the next window):
     # t1's storage is dead at release, t3's (the same block) is held. Plain eager
@@ -656,3 +651,55 @@ def test_profiler_shows_the_fused_step():
     assert fused[0]["name"] == "fused aten::add.Tensor .. aten::native_layer_norm"
     parent = items[fused[0]["parent"]]
     assert parent["name"].startswith("adaptive ")
+
+
+def test_work_items_say_what_they_compute():
+    # Issue 33, item 1: an eager work item carries its op and operands (storage,
+    # geometry, dtype, what it writes) and its arguments, here read from a graph's
+    # captured steps.
+    a = torch.randn(4, 8, device="neuron")
+    b = torch.randn(8, device="neuron")
+    w = torch.randn(8, device="neuron")
+    g = torch.neuron.NeuronGraph()
+    with torch.neuron.graph(g):
+        c = torch.add(a, b, alpha=2)
+        c.mul_(3)
+        d = torch.nn.functional.layer_norm(c, (8,), w)
+    steps = g.steps()
+    assert [s["op"] for s in steps] == [
+        "aten::add.Tensor",
+        "aten::mul_.Tensor",
+        "aten::native_layer_norm",
+    ]
+    add, mul, norm = steps
+    # add: self, other, then its new result (written), alpha among the arguments.
+    assert [o["written"] for o in add["operands"]] == [False, False, True]
+    assert add["operands"][0]["data_ptr"] == a.untyped_storage().data_ptr()
+    assert add["operands"][1]["sizes"] == (8,) and add["operands"][1]["strides"] == (1,)
+    assert add["operands"][2]["data_ptr"] == c.untyped_storage().data_ptr()
+    assert add["operands"][2]["dtype"] == torch.float32
+    assert add["arguments"][2] == 2
+    assert [t.shape for t in (add["arguments"][0], add["arguments"][3])] == [(4, 8), (4, 8)]
+    assert all(t.device.type == "meta" for t in (add["arguments"][0], add["arguments"][1]))
+    # mul_: writes self; the Python number is a host scalar operand.
+    assert [o["kind"] for o in mul["operands"]] == ["device", "host_scalar"]
+    assert mul["operands"][0]["written"] and not mul["operands"][1]["written"]
+    assert float(mul["arguments"][1]) == 3.0
+    # LayerNorm: x, weight, bias (None), out, mean, rstd; writes the last three.
+    assert [o["kind"] for o in norm["operands"]] == [
+        "device",
+        "device",
+        "undefined",
+        "device",
+        "device",
+        "device",
+    ]
+    assert [o["written"] for o in norm["operands"]] == [False] * 3 + [True] * 3
+    assert norm["operands"][3]["data_ptr"] == d.untyped_storage().data_ptr()
+    assert norm["arguments"][1] == [8] and norm["arguments"][4] == pytest.approx(1e-5)
+    assert norm["operands"][4]["sizes"] == (4, 1)
+    g.replay()
+    torch.neuron.synchronize()
+    assert torch.equal(
+        d.cpu(), torch.nn.functional.layer_norm((a.cpu() + 2 * b.cpu()) * 3, (8,), w.cpu())
+    )

@@ -61,6 +61,18 @@ class NeuronGraph:
         """How many work items one replay runs."""
         return self._graph.num_steps
 
+    def steps(self) -> list[dict]:
+        """What each captured step computes: ``label``; for an eager op, ``op`` (its
+        schema name), ``operands`` (the tensors it works on, in the order the eager
+        path records them: ``kind`` "device", "host_scalar" or "undefined"; for a
+        device tensor ``data_ptr`` and ``storage_nbytes`` of its storage,
+        ``storage_offset``, ``sizes``, ``strides``, ``dtype``; ``written``: whether
+        the op writes it) and ``arguments`` (its arguments in schema order, a
+        functional op's results after them, tensors as meta tensors). Other steps
+        (copies, collectives, NKI kernels) have ``op`` None. This is what adaptive
+        eager's fusion reads from its work items."""
+        return self._graph.steps()
+
     def __repr__(self) -> str:
         state = f"{self.num_steps} steps" if self._graph.captured else "not captured"
         return f"NeuronGraph({state})"

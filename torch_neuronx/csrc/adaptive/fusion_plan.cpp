@@ -324,6 +324,15 @@ bool rowsInTiles(const FusionGroup& g) {
 
 // Which written temporaries of `g` go to tile buffers (Placement).
 void placeTemporaries(const neuron_rt::CapturedWork& work, FusionGroup& g) {
+  // Only where a temporary the host dropped is written.
+  bool any = false;
+  for (const FusedOp& op : g.ops) {
+    const AliasPlan& plan = op.item->operands();
+    for (int i = 0; i < plan.count() && !any; ++i)
+      any = op.item->writes(i) && plan.storageOf(i) >= 0 &&
+            !plan.storageHeld(plan.storageOf(i));
+  }
+  if (!any) return;
   std::vector<std::pair<const char*, const char*>> later;
   if (!laterAccesses(work, g.last, later)) return;
   // Every access of the group in order, with its op.
@@ -364,6 +373,10 @@ void placeTemporaries(const neuron_rt::CapturedWork& work, FusionGroup& g) {
         if ((g.ops[x.op].rowwise && !rowsInTiles(g)) || x.a.lo != mine->lo ||
             x.a.hi != mine->hi)
           ok = false;
+        // Another tensor in the same memory (the allocator handed the block
+        // on) that the host holds: its values must reach memory.
+        const AliasPlan& other = g.ops[x.op].item->operands();
+        if (other.storageHeld(other.storageOf(x.a.operand))) ok = false;
       }
       // Its first access must write it (it holds nothing from before).
       ok = ok && first && first->op == k && first->a.written &&

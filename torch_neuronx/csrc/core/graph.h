@@ -41,6 +41,9 @@ class NeuronGraph {
   uint64_t id() const { return id_; }
   bool captured() const { return work_ != nullptr; }
   size_t numSteps() const;
+  // The captured work (null before capture_end): its steps say what they
+  // compute where they are eager ops (eager/op_item.h).
+  const neuron_rt::CapturedWork* work() const { return work_.get(); }
   // The stream being captured, while capturing.
   std::optional<c10::Stream> captureStream() const { return capturing_; }
 
