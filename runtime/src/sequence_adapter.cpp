@@ -132,7 +132,7 @@ void SequenceAdapter::record(uint64_t identity, uint64_t op) {
           adaptiveStats().skipped++;
           return;
         }
-        adapt(h, std::move(items), family);
+        adapt(h, std::move(items), family, ops_.data() + ops_.size() - period_);
       }
     }
     period_ = 0;
@@ -215,17 +215,19 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity,
       ++matched_;
       if (matched_ == matching_->items.size()) {
         replayed(*matching_);
+        const size_t part_start =
+            next_part_ > 0 ? matching_->part_ends[next_part_ - 1] : 0;
         matching_ = nullptr;  // complete; a next one may start right after
         deviations_in_a_row_ = 0;
         adaptiveStats().replays++;
-        const int chunk = adaptiveSettings().chunk_items.load();
-        adaptiveStats().items_held +=
-            chunk > 0 ? matched_ - (matched_ - 1) / chunk * chunk : matched_;
+        adaptiveStats().items_held += matched_ - part_start;
         return Action::kComplete;
       }
-      const int chunk = adaptiveSettings().chunk_items.load();
-      if (chunk > 0 && matched_ % static_cast<size_t>(chunk) == 0) {
-        adaptiveStats().items_held += chunk;
+      const auto& ends = matching_->part_ends;
+      if (next_part_ < ends.size() && matched_ == ends[next_part_]) {
+        adaptiveStats().items_held +=
+            matched_ - (next_part_ > 0 ? ends[next_part_ - 1] : 0);
+        ++next_part_;
         return Action::kChunk;
       }
       return Action::kHold;
@@ -248,6 +250,7 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity,
     matching_ = s;
     held_sequence_ = s->id;
     matched_ = 1;
+    next_part_ = 0;
     period_ = 0;  // not searched while matching: starts afresh after it
     run_ = 0;
     if (s->items.size() == 1) {
@@ -314,7 +317,7 @@ void SequenceAdapter::endWindow() {
           // steps).
           adaptiveStats().skipped++;
         } else {
-          adapt(window_hash_, window_, window_family_);
+          adapt(window_hash_, window_, window_family_, ops_.data());
           seen_.erase(window_hash_);
           adapted = true;
         }
@@ -347,12 +350,47 @@ void SequenceAdapter::clearWindow() {
   matched_ = 0;
 }
 
+std::vector<uint32_t> partEnds(const uint64_t* ops, size_t count, int chunk) {
+  std::vector<uint32_t> ends;
+  if (chunk <= 0 || count == 0) return ends;
+  // Runs of one op: where each starts.
+  std::vector<size_t> run_start(count), run_length(count);
+  for (size_t i = 0; i < count;) {
+    size_t j = i + 1;
+    while (j < count && ops[j] == ops[i]) ++j;
+    for (size_t k = i; k < j; ++k) {
+      run_start[k] = i;
+      run_length[k] = j - i;
+    }
+    i = j;
+  }
+  // Whether a part may end after p items (between items p - 1 and p).
+  auto may_end = [&](size_t p) {
+    if (ops[p - 1] == ops[p]) return false;  // inside a block
+    const size_t before = run_length[p - 1], after = run_length[p];
+    return !(before >= 2 && before == after);  // inside a foreach run
+  };
+  const size_t step = static_cast<size_t>(chunk);
+  size_t last = 0;
+  for (size_t p = step; p < count;) {
+    size_t q = p;
+    while (q < count && q < last + 8 * step && !may_end(q)) ++q;
+    if (q >= count) break;
+    ends.push_back(static_cast<uint32_t>(q));
+    last = q;
+    p = q + step;
+  }
+  return ends;
+}
+
 void SequenceAdapter::adapt(uint64_t hash, std::vector<uint64_t> items,
-                            uint64_t family) {
+                            uint64_t family, const uint64_t* ops) {
   fruitless_ = 0;
   static std::atomic<uint64_t> next_id{1};
-  lru_.push_front(
-      Sequence{hash, std::move(items), next_id.fetch_add(1), family});
+  std::vector<uint32_t> ends =
+      partEnds(ops, items.size(), adaptiveSettings().chunk_items.load());
+  lru_.push_front(Sequence{hash, std::move(items), next_id.fetch_add(1), family,
+                           std::move(ends)});
   adaptiveStats().adapted++;
   adaptiveStats().cached++;
   const size_t limit =

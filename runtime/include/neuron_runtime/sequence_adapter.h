@@ -76,8 +76,9 @@ struct AdaptiveSettings {
   // deviating, before their first replay, in a row, before the stream stops
   // adapting the family's windows unless they come back in reach (above).
   std::atomic<int> max_fruitless_adaptations{8};
-  // A long sequence runs in parts of this many items (0: whole), so the
-  // device starts on a step while the host is still issuing it.
+  // A long sequence runs in parts of about this many items (0: whole), so
+  // the device starts on a step while the host is still issuing it
+  // (partEnds: a part does not end inside a foreach run).
   std::atomic<int> chunk_items{64};
   // Runs an adapted sequence's elementwise chains as fused passes, tile by
   // tile (sequence_fusion.h), where the host's runner can.
@@ -122,6 +123,13 @@ uint64_t takeItemSignature();
 // (interned: it lives for the process, as item labels must).
 const char* adaptiveItemLabel(const char* first, const char* last);
 
+// Where the parts of a sequence of `count` items with ops `ops` end: about
+// every `chunk` items, but not inside a block of one op (a _foreach_ op
+// queues one item per tensor) nor between two blocks of one length in a row
+// (a foreach run, which fusion runs tensor by tensor: all of its blocks must
+// be in one part), unless that would make a part longer than 8 x chunk.
+std::vector<uint32_t> partEnds(const uint64_t* ops, size_t count, int chunk);
+
 // One stream's window bookkeeping. Not thread-safe: the stream calls it
 // under its own lock.
 class SequenceAdapter {
@@ -156,6 +164,9 @@ class SequenceAdapter {
     std::vector<uint64_t> items;
     uint64_t id;
     uint64_t family;  // the hash of its ops (shapes aside)
+    // Where its parts end (item counts, ascending; the sequence's end is
+    // not listed): partEnds().
+    std::vector<uint32_t> part_ends;
     bool replayed = false;
   };
   // A window seen before: how often, and the window index it was last seen.
@@ -171,7 +182,8 @@ class SequenceAdapter {
   };
   void endWindow();
   void clearWindow();  // a new, empty window (the search starts again)
-  void adapt(uint64_t hash, std::vector<uint64_t> items, uint64_t family);
+  void adapt(uint64_t hash, std::vector<uint64_t> items, uint64_t family,
+             const uint64_t* ops);
   void appendToWindow(uint64_t identity, uint64_t op);
   void record(uint64_t identity, uint64_t op);  // appends, searches a period
   void replayed(Sequence& s);
@@ -209,6 +221,7 @@ class SequenceAdapter {
   Sequence* matching_ = nullptr;
   uint64_t held_sequence_ = 0;  // matching_'s id (kept after it completes)
   size_t matched_ = 0;
+  size_t next_part_ = 0;   // matching_->part_ends' next
   bool deviated_ = false;  // this window deviated: no new match until it ends
   int fruitless_ = 0;
   bool gave_up_ = false;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/TensorImpl.h>
+#include <neuron_runtime/stream.h>
 
 #include <algorithm>
 #include <mutex>
@@ -144,6 +145,13 @@ struct OpTiles {
 }  // namespace
 
 void runFusedPass(const FusionGroup& group) {
+  if (!group.chains.empty()) {
+    for (const FusionGroup& chain : group.chains) {
+      neuron_rt::runWorkerItemHook();  // each as an item: every thread
+      runFusedPass(chain);
+    }
+    return;
+  }
   const int64_t n = group.numel;
   const int64_t tile = group.tile;
   runOnDevice([&] {

@@ -436,9 +436,14 @@ std::vector<int64_t> parallelChunks(int64_t n, int64_t grain, int threads) {
   return out;
 }
 
-std::vector<FusionGroup> planFusion(const neuron_rt::CapturedWork& work,
-                                    int threads) {
-  std::vector<FusionGroup> groups;
+namespace {
+
+// Plans the steps `steps` of `work` (in order) into groups, appended to
+// `groups`. `in_run`: the steps are one chain of a foreach run (no tile
+// buffers: its temporaries' memory is not the chain's alone to judge).
+void planSteps(const neuron_rt::CapturedWork& work,
+               const std::vector<size_t>& steps, int threads, bool in_run,
+               std::vector<FusionGroup>& groups) {
   FusionGroup current;
   std::vector<Access> touched;  // by the current group's ops
   std::vector<int64_t> chunks;  // the current group's
@@ -447,14 +452,15 @@ std::vector<FusionGroup> planFusion(const neuron_rt::CapturedWork& work,
       current.chunks = chunks;
       current.tile = tileElements(current);
       // One tile: each op runs whole, in place.
-      if (current.numel > current.tile) placeTemporaries(work, current);
+      if (current.numel > current.tile && !in_run)
+        placeTemporaries(work, current);
       groups.push_back(std::move(current));
     }
     current = FusionGroup{};
     touched.clear();
     chunks.clear();
   };
-  for (size_t i = 0; i < work.size(); ++i) {
+  for (size_t i : steps) {
     auto* item = dynamic_cast<OpItem*>(work.stepTask(i));
     FusedOp op;
     int64_t n = 0;
@@ -515,6 +521,106 @@ std::vector<FusionGroup> planFusion(const neuron_rt::CapturedWork& work,
     if (current.ops.back().rowwise) close();  // a reduction ends the group
   }
   close();
+}
+
+// The number of elements the step writes (its first written operand), or
+// -1 when it is not an eager op.
+int64_t writtenNumel(const neuron_rt::CapturedWork& work, size_t i) {
+  auto* item = dynamic_cast<OpItem*>(work.stepTask(i));
+  if (!item) return -1;
+  const AliasPlan& plan = item->operands();
+  for (int k = 0; k < plan.count(); ++k)
+    if (item->writes(k) && plan.storageOf(k) >= 0)
+      return c10::multiply_integers(plan.sizesOf(k));
+  return -1;
+}
+
+// A foreach run at step `at`: K blocks of M steps, each block one op over M
+// tensors (a _foreach_ op as the eager path queues it, tensor by tensor),
+// the j-th step of every block on the j-th tensors. Fused as M chains, one
+// after another (chain j: the blocks' j-th steps), each one group: the
+// order changes, but each element still sees the ops in their order, as
+// long as no chain touches memory another chain writes (checked).
+bool foreachRunAt(const neuron_rt::CapturedWork& work, size_t at, int threads,
+                  FusionGroup& run) {
+  const size_t size = work.size();
+  if (at + 3 >= size || work.stepLabel(at) != work.stepLabel(at + 1))
+    return false;
+  size_t same = 1;  // steps from `at` with its label
+  while (at + same < size && work.stepLabel(at + same) == work.stepLabel(at))
+    ++same;
+  // The block length: a divisor of the first label's run (two foreach ops
+  // alike in a row make one run of 2M) giving the most blocks.
+  size_t best_m = 0, best_k = 0;
+  for (size_t m = 2; m <= same; ++m) {
+    if (same % m != 0) continue;
+    size_t k = 1;
+    for (;; ++k) {
+      const size_t b = at + k * m;
+      if (b + m > size) break;
+      bool ok = true;
+      for (size_t j = 0; j < m && ok; ++j)
+        ok = work.stepLabel(b + j) == work.stepLabel(b) &&
+             writtenNumel(work, b + j) == writtenNumel(work, at + j) &&
+             writtenNumel(work, b + j) > 0;
+      if (!ok) break;
+    }
+    if (k >= 2 && k * m > best_k * best_m) best_m = m, best_k = k;
+  }
+  if (!best_m) return false;
+  run = FusionGroup{};
+  run.first = at;
+  run.last = at + best_k * best_m;
+  std::vector<std::vector<Access>> chain_accesses;
+  for (size_t j = 0; j < best_m; ++j) {
+    std::vector<size_t> steps;
+    for (size_t k = 0; k < best_k; ++k) steps.push_back(at + k * best_m + j);
+    std::vector<FusionGroup> planned;
+    planSteps(work, steps, threads, /*in_run=*/true, planned);
+    if (planned.size() != 1 || planned[0].ops.size() != best_k) return false;
+    std::vector<Access> acc;
+    for (const FusedOp& op : planned[0].ops)
+      accessesOf(op, planned[0].numel, acc);
+    chain_accesses.push_back(std::move(acc));
+    run.chains.push_back(std::move(planned[0]));
+  }
+  // Chains apart: sort every access by address and compare neighbours that
+  // overlap.
+  struct Tagged {
+    const Access* a;
+    size_t chain;
+  };
+  std::vector<Tagged> all;
+  for (size_t c = 0; c < chain_accesses.size(); ++c)
+    for (const Access& a : chain_accesses[c]) all.push_back({&a, c});
+  std::sort(all.begin(), all.end(),
+            [](const Tagged& x, const Tagged& y) { return x.a->lo < y.a->lo; });
+  for (size_t x = 0; x < all.size(); ++x)
+    for (size_t y = x + 1; y < all.size() && all[y].a->lo < all[x].a->hi; ++y)
+      if (all[x].chain != all[y].chain &&
+          (all[x].a->written || all[y].a->written))
+        return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<FusionGroup> planFusion(const neuron_rt::CapturedWork& work,
+                                    int threads) {
+  std::vector<FusionGroup> groups;
+  std::vector<size_t> segment;
+  for (size_t i = 0; i < work.size();) {
+    FusionGroup run;
+    if (foreachRunAt(work, i, threads, run)) {
+      planSteps(work, segment, threads, false, groups);
+      segment.clear();
+      i = run.last;
+      groups.push_back(std::move(run));
+      continue;
+    }
+    segment.push_back(i++);
+  }
+  planSteps(work, segment, threads, false, groups);
   return groups;
 }
 

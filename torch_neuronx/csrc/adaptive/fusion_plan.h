@@ -93,6 +93,23 @@ struct FusionGroup {
   // The thread chunks' starts (parallelChunks), then numel.
   std::vector<int64_t> chunks;
   std::vector<FusedOp> ops;
+  // A foreach run instead (ops empty): steps [first, last) are K ops over M
+  // tensors, run as M chains one after another, each a group of its own
+  // (a _foreach_ optimizer's update, parameter by parameter).
+  std::vector<FusionGroup> chains;
+
+  // Calls f(op, its group) for every op it runs.
+  template <typename F>
+  void forEachOp(F&& f) const {
+    for (const FusedOp& op : ops) f(op, *this);
+    for (const FusionGroup& c : chains) c.forEachOp(f);
+  }
+  bool fitsOneTile() const {
+    if (!chains.empty())
+      for (const FusionGroup& c : chains)
+        if (!c.fitsOneTile()) return false;
+    return chains.empty() ? numel <= tile : true;
+  }
 };
 
 // The tile of a group: about kTileBytes of its tensors, a multiple of

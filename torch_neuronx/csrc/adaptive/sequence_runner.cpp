@@ -67,12 +67,15 @@ class PlanCache {
       it = plans_.emplace(h, std::move(fresh_)).first;
     }
     // The plan's ops are this part's items.
-    for (FusionGroup& g : it->second)
-      for (FusedOp& op : g.ops) op.item = items_[op.step];
+    for (FusionGroup& g : it->second) rebind(g);
     return it->second;
   }
 
  private:
+  void rebind(FusionGroup& g) {
+    for (FusedOp& op : g.ops) op.item = items_[op.step];
+    for (FusionGroup& c : g.chains) rebind(c);
+  }
   static constexpr size_t kMaxPlans = 1024;
   std::unordered_map<uint64_t, std::vector<FusionGroup>> plans_;
   std::vector<FusionGroup> fresh_;
@@ -139,7 +142,7 @@ neuron_rt::ItemNote fusedNote(const neuron_rt::CapturedWork& work,
   w.launch = true;
   std::vector<Region> regions;
   int element_bytes = 0;
-  for (const FusedOp& op : group.ops) {
+  group.forEachOp([&](const FusedOp& op, const FusionGroup& g) {
     w.flops += work.stepNote(op.step).flops;
     const AliasPlan& plan = op.item->operands();
     // Reads come before the op's writes.
@@ -149,10 +152,10 @@ neuron_rt::ItemNote fusedNote(const neuron_rt::CapturedWork& work,
         if (s < 0 || op.item->writes(i) != (pass == 1)) continue;
         const int64_t item = plan.itemsizeOf(i);
         if (!element_bytes) element_bytes = static_cast<int>(item);
-        const int64_t elems = op.maps[i] == Mapping::kFull  ? group.numel
+        const int64_t elems = op.maps[i] == Mapping::kFull  ? g.numel
                               : op.maps[i] == Mapping::kRow ? op.inner
                               : op.maps[i] == Mapping::kPerRow
-                                  ? group.numel / op.inner
+                                  ? g.numel / op.inner
                                   : 1;
         const char* lo = static_cast<const char*>(plan.storageData(s)) +
                          plan.offsetOf(i) * item;
@@ -170,7 +173,7 @@ neuron_rt::ItemNote fusedNote(const neuron_rt::CapturedWork& work,
         }
       }
     }
-  }
+  });
   for (const Region& r : regions) {
     const double bytes = static_cast<double>(r.hi - r.lo);
     // In from HBM what it reads first; out what the host still holds.
