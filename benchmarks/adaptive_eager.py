@@ -49,12 +49,13 @@ eager one kernel), beside the sum of the ops' estimates each alone (what they wo
 cost one by one) and the measured device time. Targets (issue 33): adaptive <= 0.6x plain,
 <= 1.25x compiled. Honours --small.
 
+--no-fuse: adaptive eager without fusion (its first stage: held items run one by one),
+for any of the above.
+
 Sizes: the default GPT (6 layers, d 256, T 128, batch 8) and, with --small, the small
 one (4 layers, d 64, T 32, batch 4). Targets (issue 21): adaptive <= 0.85x CPU and
 <= 1.1x compiled on the default GPT; >= 1.3x faster than plain eager on the small one.
-The first stage of adaptive eager runs the very items plain eager runs, as one work
-item per repeated sequence: it changes how items reach the device, not what they
-compute, so it is not expected to meet these targets yet (docs/device.md).
+Issue 33's target for these: adaptive eager's host wall-clock <= 1.0x plain eager's.
 
     python benchmarks/adaptive_eager.py --steps 10 --rounds 2 [--small] [--compiled]
     python benchmarks/adaptive_eager.py --chains --steps 10 --rounds 3
@@ -360,6 +361,8 @@ def run_estimate(mode: str, args: argparse.Namespace) -> dict:
 
 
 def run_one(mode: str, args: argparse.Namespace) -> dict:
+    if args.no_fuse:  # adaptive eager's first stage alone: held items, not fused
+        torch.neuron.set_adaptive_eager(False, fuse=False)
     if args.chains:
         return run_chain(mode, args.chains, args)
     if args.estimate:
@@ -414,7 +417,7 @@ def run_child(mode: str, args: argparse.Namespace, chain: str | None = None) -> 
     cmd = [sys.executable, __file__, "--one", mode, "--steps", str(args.steps)]
     cmd += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
     cmd += ["--seq-len", str(args.seq_len), "--seed", str(args.seed)]
-    for flag in ("small", "generate", "host_cost", "static_cache", "estimate"):
+    for flag in ("small", "generate", "host_cost", "static_cache", "estimate", "no_fuse"):
         if getattr(args, flag):
             cmd.append("--" + flag.replace("_", "-"))
     if chain:
@@ -553,6 +556,11 @@ def main() -> None:
         help="the profiler's estimated Trainium time of the GPT step per mode",
     )
     p.add_argument("--target", default="trn2", help="--estimate's Trainium model (trn1/trn2/trn3)")
+    p.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="adaptive eager without fusion (set_adaptive_eager(True, fuse=False))",
+    )
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:

@@ -438,6 +438,37 @@ std::vector<int64_t> parallelChunks(int64_t n, int64_t grain, int threads) {
 
 namespace {
 
+// The chains among `steps`: steps linked, directly or through others, by a
+// device storage they both use (a 0-dim scalar on the device links too).
+// Each step's chain, as the index of its first step.
+std::unordered_map<size_t, size_t> chainsOf(const neuron_rt::CapturedWork& work,
+                                            const std::vector<size_t>& steps) {
+  std::unordered_map<size_t, size_t> parent;
+  auto find = [&](size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  std::unordered_map<const void*, size_t> user;  // storage -> a step using it
+  for (size_t i : steps) {
+    parent[i] = i;
+    auto* item = dynamic_cast<OpItem*>(work.stepTask(i));
+    if (!item) continue;
+    const AliasPlan& plan = item->operands();
+    for (int k = 0; k < plan.count(); ++k) {
+      const int st = plan.storageOf(k);
+      if (st < 0) continue;
+      auto [it, fresh] = user.try_emplace(plan.storageData(st), i);
+      if (!fresh) {
+        const size_t a = find(it->second), b = find(i);
+        if (a != b) parent[std::max(a, b)] = std::min(a, b);
+      }
+    }
+  }
+  std::unordered_map<size_t, size_t> out;
+  for (size_t i : steps) out[i] = find(i);
+  return out;
+}
+
 // Plans the steps `steps` of `work` (in order) into groups, appended to
 // `groups`. `in_run`: the steps are one chain of a foreach run (no tile
 // buffers: its temporaries' memory is not the chain's alone to judge).
@@ -447,6 +478,8 @@ void planSteps(const neuron_rt::CapturedWork& work,
   FusionGroup current;
   std::vector<Access> touched;  // by the current group's ops
   std::vector<int64_t> chunks;  // the current group's
+  const std::unordered_map<size_t, size_t> chain_of = chainsOf(work, steps);
+  size_t current_chain = 0;
   auto close = [&] {
     if (current.ops.size() >= 2) {
       current.chunks = chunks;
@@ -503,13 +536,18 @@ void planSteps(const neuron_rt::CapturedWork& work,
     if (op.rowwise && !current.ops.empty() &&
         !deferStatistics(op, mine, touched))
       ok = false;
+    // An op joins a group of its own chain (chains: ops linked by the
+    // tensors they share, chainsOf): unrelated chains in one group (an
+    // optimizer's parameters one after another) would only shrink the tiles.
+    const bool same_chain = chain_of.at(i) == current_chain;
     const bool joins = ok && !current.ops.empty() && current.numel == n &&
-                       (op.rowwise || my_chunks == chunks) &&
+                       (op.rowwise || my_chunks == chunks) && same_chain &&
                        compatibleWith(mine, touched);
     if (!joins) {
       close();
       if (op.rowwise) continue;  // a group ends with it; it cannot start one
       current.first = i;
+      current_chain = chain_of.at(i);
       current.numel = n;
       current.grain = my_grain;
       current.threads = t;
