@@ -99,13 +99,22 @@ struct OpTiles {
     }
     op->item->runOn(tiles);
   }
-  // Whole rows [r0, r1) of op->inner elements.
+  // Whole rows [r0, r1) of op->inner elements. A row-wise op's tiles keep
+  // its rank (rows, 1, ..., row): its dim argument still names the last.
   void runRows(int64_t r0, int64_t r1) {
     const int64_t row = op->inner;
+    c10::SmallVector<int64_t, 5> sizes{r1 - r0}, strides{row};
+    if (op->rowwise)
+      for (int d = 2; d < op->rank; ++d) {
+        sizes.push_back(1);
+        strides.push_back(row);
+      }
+    sizes.push_back(row);
+    strides.push_back(1);
     for (size_t k = 0; k < tiles.size(); ++k) {
       switch (op->maps[k]) {
         case Mapping::kFull:
-          set(k, {r1 - r0, row}, {row, 1}, at(k, r0 * row));
+          set(k, sizes, strides, at(k, r0 * row));
           break;
         case Mapping::kRow:
           set(k, {row}, {1}, 0);

@@ -60,7 +60,9 @@ Grain grainOfBase(const std::string& base) {
       "threshold_backward",
       "leaky_relu_backward",
       "maximum",
-      "minimum"};
+      "minimum",
+      "masked_fill",
+      "copy"};
   if (base == "gelu") return Grain::kGelu;
   return kElementwise.count(base) ? Grain::kDefault : Grain::kNone;
 }
@@ -172,31 +174,34 @@ bool mapElementwise(OpItem& item, FusedOp& op, int64_t& n) {
   return true;
 }
 
-// LayerNorm's forward (x, gamma, beta, out, mean, rstd): rows of rowLength().
+// An op computing rows of rowLength() on their own (LayerNorm's forward: x,
+// gamma, beta, out, mean, rstd; softmax: self, out): its operands are the
+// full input and outputs, a row (LayerNorm's weight), or one per row.
 bool mapRowwise(OpItem& item, FusedOp& op, int64_t& n) {
   const AliasPlan& plan = item.operands();
   const int64_t row = item.rowLength();
-  if (plan.count() != 6 || row <= 0) return false;
-  n = plan.storageOf(0) >= 0 ? c10::multiply_integers(plan.sizesOf(0)) : 0;
-  if (n == 0 || n % row != 0) return false;
-  const Mapping want[6] = {Mapping::kFull, Mapping::kRow,    Mapping::kRow,
-                           Mapping::kFull, Mapping::kPerRow, Mapping::kPerRow};
-  op.maps.assign(want, want + 6);
-  for (int i = 0; i < 6; ++i) {
-    if (plan.storageOf(i) == -1 && (i == 1 || i == 2)) {
-      op.maps[i] = Mapping::kScalar;  // no weight or bias
-      continue;
-    }
-    if (plan.storageOf(i) < 0 || !plainDtype(plan.dtypeOf(i)) ||
+  if (plan.count() == 0 || row <= 0 || plan.storageOf(0) < 0) return false;
+  n = c10::multiply_integers(plan.sizesOf(0));
+  if (n == 0 || n % row != 0 || n == row) return false;
+  op.maps.assign(plan.count(), Mapping::kScalar);
+  for (int i = 0; i < plan.count(); ++i) {
+    const int s = plan.storageOf(i);
+    if (s == -1) continue;  // no weight or bias
+    if (s < 0 || !plainDtype(plan.dtypeOf(i)) ||
         !contiguous(plan.sizesOf(i), plan.stridesOf(i)))
       return false;
     const int64_t numel = c10::multiply_integers(plan.sizesOf(i));
-    const int64_t expect = want[i] == Mapping::kFull  ? n
-                           : want[i] == Mapping::kRow ? row
-                                                      : n / row;
-    if (numel != expect) return false;
+    if (numel == n)
+      op.maps[i] = Mapping::kFull;
+    else if (numel == row && !item.writes(i))
+      op.maps[i] = Mapping::kRow;
+    else if (numel == n / row && item.writes(i))
+      op.maps[i] = Mapping::kPerRow;
+    else
+      return false;
   }
   op.inner = row;
+  op.rank = static_cast<int>(plan.sizesOf(0).size());
   op.rowwise = true;
   return true;
 }

@@ -77,7 +77,8 @@ struct FusedOp {
   // The length of the kernel's inner loops: a row (an op with a kRow
   // operand, or LayerNorm's normalised size) or N.
   int64_t inner = 0;
-  bool rowwise = false;  // LayerNorm: runs over whole rows
+  bool rowwise = false;  // LayerNorm, softmax: runs over whole rows
+  int rank = 2;          // a row-wise op's input's (its tiles keep it)
 };
 
 struct FusionGroup {

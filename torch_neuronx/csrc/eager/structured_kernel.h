@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -418,6 +419,24 @@ struct HeldWork final : OpItem {
     return std::find(written.begin(), written.end(), i) != written.end();
   }
   bool validating() const override { return failure != nullptr; }
+  // Softmax and log-softmax over the last dim: each row on its own.
+  int64_t rowLength() const override {
+    using Held = std::tuple<typename ArgOf<Args>::Held...>;
+    if constexpr (sizeof...(Args) == 3) {
+      if constexpr (std::is_same_v<std::tuple_element_t<0, Held>, int> &&
+                    std::is_same_v<std::tuple_element_t<1, Held>, int64_t>) {
+        if (std::strcmp(op(), "aten::_softmax") != 0 &&
+            std::strcmp(op(), "aten::_log_softmax") != 0)
+          return 0;
+        const auto sizes = plan.sizesOf(std::get<0>(args));
+        const int64_t dim = std::get<1>(args);
+        const int64_t rank = static_cast<int64_t>(sizes.size());
+        if (rank == 0 || (dim != -1 && dim != rank - 1)) return 0;
+        return sizes[rank - 1];
+      }
+    }
+    return 0;
+  }
   std::vector<c10::IValue> arguments() const override {
     std::vector<c10::IValue> a;
     if (outputs == Outputs::kSelf)

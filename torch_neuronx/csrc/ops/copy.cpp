@@ -13,6 +13,7 @@
 #include "core/stream.h"
 #include "eager/cpu_alias.h"
 #include "eager/op_args.h"
+#include "eager/op_item.h"
 #include "eager/run_on_device.h"
 #include "profiler/op_cost.h"
 
@@ -60,6 +61,43 @@ std::function<void()> copyItem(const at::Tensor& dst, const at::Tensor& src) {
   };
 }
 
+// A copy between two tensors of one device says what it computes
+// (eager/op_item.h): adaptive eager fuses it into a chain (a clone before an
+// in-place op).
+class DeviceCopyItem final : public OpItem {
+ public:
+  DeviceCopyItem() : OpItem("aten::copy_") {}
+  AliasPlan plan;  // dst, src
+
+  void run() override {
+    runOnDevice([&] {
+      AliasPlan::Built t = plan.build();
+      runOn(t);
+    });
+  }
+  void runOn(AliasPlan::Built& t) override { t[0].copy_(t[1]); }
+  const AliasPlan& operands() const override { return plan; }
+  bool writes(int i) const override { return i == 0; }
+  std::vector<c10::IValue> arguments() const override {
+    return {describeOperand(plan, 0), describeOperand(plan, 1),
+            c10::IValue(false)};
+  }
+
+ protected:
+  AliasPlan& operandsForUpdate() override { return plan; }
+};
+
+neuron_rt::TaskPtr deviceCopyItem(const at::Tensor& dst,
+                                  const at::Tensor& src) {
+  if (profiler::recordingItems())
+    profiler::noteCopyItem(static_cast<int64_t>(dst.nbytes() + src.nbytes()));
+  auto item = std::make_unique<DeviceCopyItem>();
+  item->plan.add(dst);
+  item->plan.add(src);
+  if (adaptive::enabled()) adaptive::signFromPlan("copy", item->plan);
+  return item;
+}
+
 }  // namespace
 
 at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
@@ -75,7 +113,8 @@ at::Tensor& copyInto(at::Tensor& self, const at::Tensor& src,
   if (isNeuron(self) && isNeuron(src) &&
       self.device().index() == src.device().index()) {
     c10::DeviceIndex d = self.device().index();
-    launch(d, "aten::copy_", copyItem(self, src), neuron_rt::ItemKind::kCopy);
+    launchTask(d, "aten::copy_", deviceCopyItem(self, src),
+               neuron_rt::ItemKind::kCopy);
     return self;
   }
 
