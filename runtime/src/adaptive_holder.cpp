@@ -28,7 +28,8 @@ bool AdaptiveHolder::offer(WorkItem& item, uint64_t signature, bool boundary,
   // other shapes (sequence_adapter.h).
   const uint64_t op = fnv1aMix(reinterpret_cast<uintptr_t>(item.label),
                                static_cast<uint64_t>(item.kind));
-  switch (adapter_.onItem(identity(item.label, item.kind, signature), op)) {
+  switch (adapter_.onItem(identity(item.label, item.kind, signature), op,
+                          (signature & 1) != 0)) {
     case SequenceAdapter::Action::kPlain:
       return false;
     case SequenceAdapter::Action::kHold:

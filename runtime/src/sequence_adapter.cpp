@@ -71,7 +71,8 @@ SequenceAdapter::Sequence* SequenceAdapter::findStartingWith(uint64_t id) {
   return nullptr;
 }
 
-void SequenceAdapter::appendToWindow(uint64_t identity, uint64_t op) {
+void SequenceAdapter::appendToWindow(uint64_t identity, uint64_t op,
+                                     bool large) {
   const AdaptiveSettings& cfg = adaptiveSettings();
   if (window_.size() >= static_cast<size_t>(cfg.max_sequence_items.load())) {
     // Too long to adapt as a whole: start the recording afresh (periods are
@@ -79,6 +80,7 @@ void SequenceAdapter::appendToWindow(uint64_t identity, uint64_t op) {
     window_broken_ = true;
     window_.clear();
     ops_.clear();
+    large_.clear();
     last_seen_.clear();
     period_ = 0;
     run_ = 0;
@@ -86,15 +88,16 @@ void SequenceAdapter::appendToWindow(uint64_t identity, uint64_t op) {
   }
   window_.push_back(identity);
   ops_.push_back(op);
+  large_.push_back(large ? 1 : 0);
   if (!window_broken_) {
     window_hash_ = fnv1aMix(window_hash_, identity);
     window_family_ = fnv1aMix(window_family_, op);
   }
 }
 
-void SequenceAdapter::record(uint64_t identity, uint64_t op) {
+void SequenceAdapter::record(uint64_t identity, uint64_t op, bool large) {
   const AdaptiveSettings& cfg = adaptiveSettings();
-  appendToWindow(identity, op);
+  appendToWindow(identity, op, large);
   const size_t i = window_.size() - 1;
   // Period search: does this item repeat the one `period_` items back?
   if (period_ && i >= period_ && window_[i - period_] == identity) {
@@ -132,7 +135,8 @@ void SequenceAdapter::record(uint64_t identity, uint64_t op) {
           adaptiveStats().skipped++;
           return;
         }
-        adapt(h, std::move(items), family, ops_.data() + ops_.size() - period_);
+        adapt(h, std::move(items), family, ops_.data() + ops_.size() - period_,
+              large_.data() + large_.size() - period_);
       }
     }
     period_ = 0;
@@ -197,8 +201,8 @@ void SequenceAdapter::forgetIfStale() {
   gave_up_ = false;
 }
 
-SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity,
-                                                uint64_t op) {
+SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity, uint64_t op,
+                                                bool large) {
   forgetIfStale();
   if (identity == 0) {  // unsigned: a boundary of its own
     const bool held = onBoundary();
@@ -209,7 +213,7 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity,
   // grows: no period search (its items are a known sequence), which keeps a
   // replayed item's host cost low.
   if (matching_) {
-    appendToWindow(identity, op);
+    appendToWindow(identity, op, large);
     if (matched_ < matching_->items.size() &&
         matching_->items[matched_] == identity) {
       ++matched_;
@@ -244,7 +248,7 @@ SequenceAdapter::Action SequenceAdapter::onItem(uint64_t identity,
       giveUp("its adapted sequences deviated every time");
     return Action::kDeviate;
   }
-  record(identity, op);
+  record(identity, op, large);
   if (deviated_) return Action::kPlain;
   if (Sequence* s = findStartingWith(identity)) {
     matching_ = s;
@@ -317,7 +321,8 @@ void SequenceAdapter::endWindow() {
           // steps).
           adaptiveStats().skipped++;
         } else {
-          adapt(window_hash_, window_, window_family_, ops_.data());
+          adapt(window_hash_, window_, window_family_, ops_.data(),
+                large_.data());
           seen_.erase(window_hash_);
           adapted = true;
         }
@@ -339,6 +344,7 @@ void SequenceAdapter::endWindow() {
 void SequenceAdapter::clearWindow() {
   window_.clear();
   ops_.clear();
+  large_.clear();
   window_hash_ = kFnv1aBasis;
   window_family_ = kFnv1aBasis;
   window_broken_ = false;
@@ -350,7 +356,8 @@ void SequenceAdapter::clearWindow() {
   matched_ = 0;
 }
 
-std::vector<uint32_t> partEnds(const uint64_t* ops, size_t count, int chunk) {
+std::vector<uint32_t> partEnds(const uint64_t* ops, const uint8_t* large,
+                               size_t count, int chunk) {
   std::vector<uint32_t> ends;
   if (chunk <= 0 || count == 0) return ends;
   // Runs of one op: where each starts.
@@ -364,8 +371,14 @@ std::vector<uint32_t> partEnds(const uint64_t* ops, size_t count, int chunk) {
     }
     i = j;
   }
+  // Blocks (runs of one op) holding a large item.
+  std::vector<uint8_t> block_large(count, 0);
+  for (size_t i = 0; i < count && large; ++i)
+    if (large[i]) block_large[run_start[i]] = 1;
+  auto big = [&](size_t i) { return block_large[run_start[i]] != 0; };
   // Whether a part may end after p items (between items p - 1 and p).
   auto may_end = [&](size_t p) {
+    if (!big(p - 1) && !big(p)) return true;
     if (ops[p - 1] == ops[p]) return false;  // inside a block
     const size_t before = run_length[p - 1], after = run_length[p];
     return !(before >= 2 && before == after);  // inside a foreach run
@@ -384,11 +397,12 @@ std::vector<uint32_t> partEnds(const uint64_t* ops, size_t count, int chunk) {
 }
 
 void SequenceAdapter::adapt(uint64_t hash, std::vector<uint64_t> items,
-                            uint64_t family, const uint64_t* ops) {
+                            uint64_t family, const uint64_t* ops,
+                            const uint8_t* large) {
   fruitless_ = 0;
   static std::atomic<uint64_t> next_id{1};
   std::vector<uint32_t> ends =
-      partEnds(ops, items.size(), adaptiveSettings().chunk_items.load());
+      partEnds(ops, large, items.size(), adaptiveSettings().chunk_items.load());
   lru_.push_front(Sequence{hash, std::move(items), next_id.fetch_add(1), family,
                            std::move(ends)});
   adaptiveStats().adapted++;

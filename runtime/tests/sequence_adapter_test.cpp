@@ -247,17 +247,22 @@ TEST(SequenceAdapter, PartsDoNotEndInsideAForeachRun) {
   for (uint64_t k = 6; k < 40; ++k) ops.push_back(k);
   // Every 4 items: the first end would be inside the run (after item 4);
   // it moves to the run's end (14), then every 4 again.
-  EXPECT_EQ(partEnds(ops.data(), ops.size(), 4),
+  const std::vector<uint8_t> large(ops.size(), 1);
+  EXPECT_EQ(partEnds(ops.data(), large.data(), ops.size(), 4),
             (std::vector<uint32_t>{14, 18, 22, 26, 30, 34, 38, 42, 46}));
   // Blocks of different lengths may be split between them.
   std::vector<uint64_t> uneven = {1, 1, 1, 2, 2, 3, 3, 3, 3, 4, 5, 6};
-  EXPECT_EQ(partEnds(uneven.data(), uneven.size(), 2),
+  EXPECT_EQ(partEnds(uneven.data(), large.data(), uneven.size(), 2),
             (std::vector<uint32_t>{3, 5, 9, 11}));
   // A run longer than 8 parts is cut anyway (the device must start).
   std::vector<uint64_t> same(100, 7);
-  EXPECT_EQ(partEnds(same.data(), same.size(), 4).front(), 32u);
+  const std::vector<uint8_t> all_large(same.size(), 1);
+  EXPECT_EQ(partEnds(same.data(), all_large.data(), same.size(), 4).front(),
+            32u);
+  // Small items: every 4, runs or not (the host is the bottleneck there).
+  EXPECT_EQ(partEnds(ops.data(), nullptr, ops.size(), 4).front(), 4u);
   // No chunking: one part.
-  EXPECT_TRUE(partEnds(ops.data(), ops.size(), 0).empty());
+  EXPECT_TRUE(partEnds(ops.data(), large.data(), ops.size(), 0).empty());
 }
 
 TEST(SequenceAdapter, HeldItemsAreNotCapturedByALaterCapture) {

@@ -19,9 +19,10 @@ inline bool enabled() {
 }
 
 // Signs the next item from its op and the tensors it works on (their
-// element sizes, sizes and strides). Scalar arguments are left out: an
-// optimizer's step size changes every step, and the held items keep their
-// own (a fused program will take them as arguments).
+// element sizes, sizes and strides); the lowest bit says whether it is large
+// (a tensor of core/compute_pool.h's kSmallItemElements or more). Scalar
+// arguments are left out: an optimizer's step size changes every step, and the
+// held items keep their own (a fused program will take them as arguments).
 void signFromPlan(const char* name, const AliasPlan& plan);
 
 }  // namespace adaptive
