@@ -703,3 +703,94 @@ def test_work_items_say_what_they_compute():
     assert torch.equal(
         d.cpu(), torch.nn.functional.layer_norm((a.cpu() + 2 * b.cpu()) * 3, (8,), w.cpu())
     )
+
+
+# ---------------------------------------------------------------------------
+# Attention's elementwise chain: scale, the masked_fill clone (a device copy),
+# masked_fill, softmax over the last dim (a row-wise op ending the group).
+
+
+def _make_scores(b, h, t, dtype=torch.float32, grad=False):
+    def make(g):
+        s = _rand(g, b, h, t, t, dtype=dtype)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1).to(DEV)
+        if grad:
+            s.requires_grad_()
+        return [s, mask]
+
+    return make
+
+
+@pytest.mark.parametrize("b,h,t", [(4, 4, 128), (3, 5, 77), (2, 3, 1000)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+def test_scale_mask_softmax_no_grad(b, h, t, dtype):
+    def step(s, mask):
+        a = (s * 0.125).masked_fill(mask, float("-inf"))
+        return F.softmax(a, dim=-1), torch.log_softmax(a * 2.0, dim=3)
+
+    stats = _check(step, _make_scores(b, h, t, dtype), what=f"{b}x{h}x{t}")
+    # mul, the clone, masked_fill_ and softmax: one group of 4 at least.
+    assert stats["items_fused"] >= 4 * stats["replays"] // 2, stats
+
+
+def test_scale_mask_softmax_autograd():
+    def step(s, mask):
+        s.grad = None
+        a = (s * 0.125).masked_fill(mask, float("-inf"))
+        p = F.softmax(a, dim=-1)
+        (p * p).sum().backward()
+        return p, s.grad
+
+    _check(step, _make_scores(2, 4, 256, grad=True), grad=True)
+
+
+def test_softmax_over_another_dim_is_not_fused_but_equal():
+    def step(s, mask):
+        return F.softmax(s * 0.5 + 1.0, dim=2)
+
+    # The mul and add still fuse; the softmax over dim 2 is not a row-wise op.
+    stats = _check(step, _make_scores(2, 4, 128), group_sizes=[2])
+    assert stats["replays"] > 0
+
+
+# ---------------------------------------------------------------------------
+# Foreach runs: K _foreach_ ops over M tensors, run tensor by tensor.
+
+
+@pytest.mark.parametrize("sizes", [[70000, 1000, 300001, 65536], [2_000_003] * 3])
+def test_foreach_run_tensor_by_tensor(sizes):
+    def make(g):
+        return [[_rand(g, n) for n in sizes], [_rand(g, n, low=0.5) for n in sizes]]
+
+    def step(xs, ys):
+        torch._foreach_mul_(xs, 0.9)
+        torch._foreach_addcmul_(xs, ys, ys, value=0.1)
+        r = torch._foreach_sqrt(ys)
+        torch._foreach_div_(r, 3.0)
+        torch._foreach_add_(xs, r)
+        return tuple(xs) + tuple(r)
+
+    plain, _, _ = _run(step, make, False)
+    outs, _, stats = _run(step, make, True)
+    _assert_same(plain, outs, "foreach")
+    assert stats["replays"] > 0 and stats["fused_groups"] > 0, stats
+    # One fused step per replay holding all 5 ops on every tensor (K x M items).
+    assert stats["items_fused"] == stats["fused_groups"] * 5 * len(sizes), stats
+
+
+def test_foreach_run_whose_chains_touch_each_other_is_not_reordered():
+    # Block 1 adds to each tensor its neighbour, which block 0 (and block 1) write:
+    # tensor by tensor, chain 0 would read c before chain 2 scaled it. The plan must
+    # keep the ops in their order.
+    def make(g):
+        return [[_rand(g, 100_000) for _ in range(3)]]
+
+    def step(xs):
+        torch._foreach_mul_(xs, 1.5)
+        torch._foreach_add_(xs, [xs[2], xs[0], xs[1]])
+        return tuple(xs)
+
+    plain, _, _ = _run(step, make, False)
+    outs, _, stats = _run(step, make, True)
+    _assert_same(plain, outs, "neighbours")
+    assert stats["replays"] > 0, stats
