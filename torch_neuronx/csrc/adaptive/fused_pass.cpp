@@ -20,8 +20,7 @@ namespace {
 // temporary, found by the alias it stands for. Their memory is the thread's
 // own and kept from pass to pass (fresh pages would cost a fault each).
 struct TileBuffers {
-  int64_t tile_bytes = 0;  // per element of a tile: tile x itemsize
-  int64_t tile = 0;
+  int64_t tile = 0;  // elements
   std::vector<std::pair<const void*, c10::Storage>> buffers;
   const c10::Storage& of(const at::Tensor& alias) {
     const void* key = alias.const_data_ptr();
