@@ -315,19 +315,7 @@ def run_estimate(mode: str, args: argparse.Namespace) -> dict:
 
     torch_neuronx._C._profiler_set_target(args.target)
     device = torch.device("neuron")
-    vocab = get_tokenizer().vocab_size
-    if args.small:
-        cfg = GPTConfig(vocab_size=vocab, seq_len=32, n_layer=4, n_head=4, d_model=64)
-        batch = 4
-    else:
-        cfg = GPTConfig(vocab_size=vocab, seq_len=args.seq_len)
-        batch = args.batch
-    model = build_model(cfg, device, args.seed)
-    optimizer = make_optimizer(model, 3e-4)
-    model.train()
-    step = torch.compile(train_step, backend="neuron") if mode == "compiled" else train_step
-    if mode == "adaptive":
-        torch.neuron.set_adaptive_eager(True)
+    cfg, batch, model, optimizer, step = _gpt_training(mode, args, device)
     gen = torch.Generator().manual_seed(args.seed)
     t0 = time.perf_counter()
     for _ in range(args.warmup):
@@ -360,6 +348,26 @@ def run_estimate(mode: str, args: argparse.Namespace) -> dict:
     }
 
 
+def _gpt_training(mode: str, args: argparse.Namespace, device: torch.device):
+    """The example GPT (--small: the small one) on `device` in training mode, its
+    AdamW, its batch size and the step `mode` runs (compiled, or with adaptive eager
+    on): (cfg, batch, model, optimizer, step)."""
+    vocab = get_tokenizer().vocab_size
+    if args.small:
+        cfg = GPTConfig(vocab_size=vocab, seq_len=32, n_layer=4, n_head=4, d_model=64)
+        batch = 4
+    else:
+        cfg = GPTConfig(vocab_size=vocab, seq_len=args.seq_len)
+        batch = args.batch
+    model = build_model(cfg, device, args.seed)
+    optimizer = make_optimizer(model, 3e-4)
+    model.train()
+    step = torch.compile(train_step, backend="neuron") if mode == "compiled" else train_step
+    if mode == "adaptive":
+        torch.neuron.set_adaptive_eager(True)
+    return cfg, batch, model, optimizer, step
+
+
 def run_one(mode: str, args: argparse.Namespace) -> dict:
     if args.no_fuse:  # adaptive eager's first stage alone: held items, not fused
         torch.neuron.set_adaptive_eager(False, fuse=False)
@@ -372,21 +380,7 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
     if args.generate:
         return run_generate(mode, args.max_fruitless_adaptations, args.static_cache)
     device = torch.device("cpu" if mode == "cpu" else "neuron")
-    vocab = get_tokenizer().vocab_size
-    if args.small:
-        cfg = GPTConfig(vocab_size=vocab, seq_len=32, n_layer=4, n_head=4, d_model=64)
-        batch = 4
-    else:
-        cfg = GPTConfig(vocab_size=vocab, seq_len=args.seq_len)
-        batch = args.batch
-    model = build_model(cfg, device, args.seed)
-    optimizer = make_optimizer(model, 3e-4)
-    model.train()
-    step = train_step
-    if mode == "compiled":
-        step = torch.compile(train_step, backend="neuron")
-    if mode == "adaptive":
-        torch.neuron.set_adaptive_eager(True)
+    cfg, batch, model, optimizer, step = _gpt_training(mode, args, device)
     gen = torch.Generator().manual_seed(args.seed)
     t_first = time.perf_counter()
     for i in range(args.warmup):
