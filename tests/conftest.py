@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 
+import torch_neuronx
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # What collection left alive (OpInfo's op_db and its samples, every imported
@@ -152,3 +154,17 @@ def check() -> Callable[[subprocess.CompletedProcess], str]:
 def two_devices() -> None:
     if torch.neuron.device_count() < 2:
         pytest.skip("needs two visible neuron devices")
+
+
+@pytest.fixture
+def adaptive_eager_defaults():
+    """Each test starts with adaptive eager forgotten (sequences, counts) and ends
+    with it off and its settings at their defaults (fusion on, threshold 2, 16
+    sequences, 64 fruitless windows, 8 fruitless adaptations)."""
+    torch.neuron.synchronize()
+    torch.neuron.reset_adaptive_eager()
+    yield
+    torch_neuronx._C._adaptive_set_enabled(False)
+    torch_neuronx._C._adaptive_set_fuse(True)
+    torch_neuronx._C._adaptive_configure(2, 16, 64, 8)
+    torch.neuron.synchronize()

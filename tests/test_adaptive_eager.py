@@ -12,14 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import torch_neuronx
 
-
-@pytest.fixture(autouse=True)
-def _adaptive_off_after():
-    torch.neuron.reset_adaptive_eager()
-    yield
-    torch_neuronx._C._adaptive_set_enabled(False)
-    torch_neuronx._C._adaptive_configure(2, 16, 64, 8)
-    torch.neuron.synchronize()
+pytestmark = pytest.mark.usefixtures("adaptive_eager_defaults")
 
 
 def _train(adaptive, steps=6, read_loss=True, seed=0):

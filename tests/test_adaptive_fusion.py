@@ -24,15 +24,7 @@ SIZE_IDS = ["131146", "3000001", "2097152"]
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-@pytest.fixture(autouse=True)
-def _adaptive_off_after():
-    torch.neuron.synchronize()
-    torch.neuron.reset_adaptive_eager()
-    yield
-    torch_neuronx._C._adaptive_set_enabled(False)
-    torch_neuronx._C._adaptive_set_fuse(True)
-    torch_neuronx._C._adaptive_configure(2, 16, 64, 8)
-    torch.neuron.synchronize()
+pytestmark = pytest.mark.usefixtures("adaptive_eager_defaults")
 
 
 def _rand(g, *shape, dtype=torch.float32, low=None):

@@ -19,15 +19,7 @@ F32 = 4
 CHAIN = ["aten::add.Tensor", "aten::gelu", "aten::add.Tensor", "aten::native_layer_norm"]
 
 
-@pytest.fixture(autouse=True)
-def _adaptive_off_after():
-    torch.neuron.reset_adaptive_eager()
-    yield
-    torch_neuronx._C._adaptive_set_enabled(False)
-    torch_neuronx._C._adaptive_set_fuse(True)
-    torch_neuronx._C._adaptive_configure(2, 16, 64, 8)
-    torch.neuron.reset_adaptive_eager()
-    torch.neuron.synchronize()
+pytestmark = pytest.mark.usefixtures("adaptive_eager_defaults")
 
 
 def _operands():
