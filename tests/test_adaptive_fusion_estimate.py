@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from device_trace import assert_one_pipeline
 from torch.profiler import ProfilerActivity, profile
 
 import torch_neuronx
@@ -132,7 +133,6 @@ def test_a_temporary_the_host_keeps_is_written_back():
 
 def test_adaptive_item_is_one_pipeline_of_its_steps():
     _, items, _ = _run()
-    t = torch_neuronx._C._profiler_target()
     adapted = [(k, i) for k, i in enumerate(items) if i["parent"] < 0 and i["adaptive_sequence"]]
     assert adapted
     for k, item in adapted:
@@ -141,12 +141,7 @@ def test_adaptive_item_is_one_pipeline_of_its_steps():
         assert [s["category"] for s in steps] == ["fused"]  # the chain is one step
         # Not its first op's estimate: its steps' compute and DMA, overlapped as far
         # as the shorter, one launch and one DMA start.
-        compute = sum(s["estimate_compute_ns"] for s in steps)
-        dma = sum(s["estimate_dma_ns"] for s in steps)
-        assert item["estimate_compute_ns"] == pytest.approx(compute)
-        assert item["estimate_dma_ns"] == pytest.approx(dma)
-        assert item["estimate_overlap_ns"] == pytest.approx(min(compute, dma))
-        assert item["estimate_latency_ns"] == t["launch_ns"] + t["dma_start_ns"]
+        assert_one_pipeline(item, steps)
         assert 0 < item["estimate_ns"] <= sum(s["estimate_ns"] for s in steps)
         assert item["estimate_ns"] != children[1]["estimate_ns"]  # not its first op's
         # Its steps inside its estimated span.

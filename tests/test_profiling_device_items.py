@@ -13,6 +13,7 @@ import nki
 import nki.language as nl
 import pytest
 import torch
+from device_trace import assert_one_pipeline
 from dist_jobs.launch import check_all_ok, run_ranks, segments_created_by
 from torch.profiler import ProfilerActivity, profile
 
@@ -180,13 +181,7 @@ def test_compiled_program_is_one_item_with_steps(tmp_path):
     assert all(s["estimate_ns"] > 0 for s in steps)
     # One pipeline, not the plain sum of its steps: their compute and DMA summed and
     # overlapped, one launch and one DMA start.
-    t = torch_neuronx._C._profiler_target()
-    compute = sum(s["estimate_compute_ns"] for s in steps)
-    dma = sum(s["estimate_dma_ns"] for s in steps)
-    assert program["estimate_compute_ns"] == pytest.approx(compute)
-    assert program["estimate_dma_ns"] == pytest.approx(dma)
-    assert program["estimate_overlap_ns"] == pytest.approx(min(compute, dma))
-    assert program["estimate_latency_ns"] == t["launch_ns"] + t["dma_start_ns"]
+    compute, dma, t = assert_one_pipeline(program, steps)
     assert program["estimate_ns"] == pytest.approx(
         max(compute, dma) + t["launch_ns"] + t["dma_start_ns"], abs=1
     )
