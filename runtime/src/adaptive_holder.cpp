@@ -78,7 +78,7 @@ void AdaptiveHolder::releaseLocked(ItemSink& sink) {
     return;
   }
   const char* label =
-      adaptiveItemLabel(held_.front().label, held_.back().label);
+      rangeLabel("adaptive", held_.front().label, held_.back().label);
   auto combined =
       std::make_unique<HeldItemsTask>(label, adapter_.heldSequence());
   combined->work().reserve(held_.size());

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
-#include <unordered_set>
+#include <tuple>
 
 #include "neuron_runtime/fnv1a.h"
 
@@ -43,12 +45,17 @@ void resetAdaptiveStats() {
   // `cached` counts what the streams hold now: not a history.
 }
 
-const char* adaptiveItemLabel(const char* first, const char* last) {
+const char* rangeLabel(const char* kind, const char* first, const char* last) {
   static std::mutex mu;
-  static auto* labels = new std::unordered_set<std::string>();  // never freed
-  std::string name = std::string("adaptive ") + first + " .. " + last;
+  // By the pointers (labels live for the process): no string built for a
+  // label made before. Never freed.
+  static auto* labels =
+      new std::map<std::tuple<const char*, const char*, const char*>,
+                   std::string>();
   std::lock_guard<std::mutex> g(mu);
-  return labels->insert(std::move(name)).first->c_str();
+  auto [it, fresh] = labels->try_emplace({kind, first, last});
+  if (fresh) it->second = std::string(kind) + " " + first + " .. " + last;
+  return it->second.c_str();
 }
 
 SequenceAdapter::~SequenceAdapter() { adaptiveStats().cached -= lru_.size(); }

@@ -121,9 +121,10 @@ void resetAdaptiveStats();
 void signNextItem(uint64_t signature);
 uint64_t takeItemSignature();
 
-// The name of the item a held sequence runs as: "adaptive <first> .. <last>"
-// (interned: it lives for the process, as item labels must).
-const char* adaptiveItemLabel(const char* first, const char* last);
+// "<kind> <first> .. <last>", interned (it lives for the process, as item
+// labels must): the item a held sequence runs as ("adaptive"), a fused step
+// of one ("fused"). `kind`, `first` and `last` live for the process too.
+const char* rangeLabel(const char* kind, const char* first, const char* last);
 
 // Where the parts of a sequence of `count` items with ops `ops` end: about
 // every `chunk` items, but not inside a block of one op (a _foreach_ op

@@ -8,8 +8,6 @@
 #include <neuron_runtime/trainium_estimate.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -24,16 +22,6 @@ namespace torch_neuronx::adaptive {
 namespace {
 
 using neuron_rt::fnv1aMix;
-
-// "fused <first> .. <last>", interned: item labels live for the process.
-const char* fusedLabel(const char* first, const char* last) {
-  static std::mutex mu;
-  static std::map<std::pair<const char*, const char*>, std::string> labels;
-  std::lock_guard<std::mutex> g(mu);
-  auto [it, fresh] = labels.try_emplace({first, last});
-  if (fresh) it->second = std::string("fused ") + first + " .. " + last;
-  return it->second.c_str();
-}
 
 // The plans of the parts a worker thread ran. A part is the same steps at
 // each replay (its sequence's, from the same position); what can change is
@@ -106,10 +94,10 @@ class FusingRunner final : public neuron_rt::HeldSequenceRunner {
       for (; i < g.first; ++i) work.runStep(i, label);
       neuron_rt::ItemNote note;
       if (neuron_rt::tracingRunningItem()) note = fusedNote(work, g);
-      work.runFused(
-          g.first, g.last, label,
-          fusedLabel(work.stepLabel(g.first), work.stepLabel(g.last - 1)),
-          std::move(note), [&] { runFusedPass(g); });
+      work.runFused(g.first, g.last, label,
+                    neuron_rt::rangeLabel("fused", work.stepLabel(g.first),
+                                          work.stepLabel(g.last - 1)),
+                    std::move(note), [&] { runFusedPass(g); });
       stats.fused_groups.fetch_add(1, std::memory_order_relaxed);
       stats.fused_items.fetch_add(g.last - g.first, std::memory_order_relaxed);
       i = g.last;
