@@ -219,28 +219,10 @@ struct Access {
 void accessesOf(const FusedOp& op, int64_t n, std::vector<Access>& out) {
   const AliasPlan& plan = op.item->operands();
   for (int i = 0; i < plan.count(); ++i) {
-    const int s = plan.storageOf(i);
-    if (s < 0) continue;
-    const int64_t item = plan.itemsizeOf(i);
-    const char* lo =
-        static_cast<const char*>(plan.storageData(s)) + plan.offsetOf(i) * item;
-    int64_t elems = 1;
-    switch (op.maps[i]) {
-      case Mapping::kFull:
-        elems = n;
-        break;
-      case Mapping::kRow:
-        elems = op.inner;
-        break;
-      case Mapping::kPerRow:
-        elems = n / op.inner;
-        break;
-      case Mapping::kScalar:
-        elems = 1;
-        break;
-    }
-    out.push_back(
-        Access{lo, lo + elems * item, op.maps[i], item, op.item->writes(i), i});
+    if (plan.storageOf(i) < 0) continue;
+    const MemorySpan m = operandSpan(op, i, n);
+    out.push_back(Access{m.lo, m.hi, op.maps[i], plan.itemsizeOf(i),
+                         op.item->writes(i), i});
   }
 }
 
@@ -406,6 +388,29 @@ bool alignedChunks(const std::vector<int64_t>& chunks) {
 }
 
 }  // namespace
+
+MemorySpan operandSpan(const FusedOp& op, int i, int64_t numel) {
+  const AliasPlan& plan = op.item->operands();
+  const int64_t item = plan.itemsizeOf(i);
+  const char* lo =
+      static_cast<const char*>(plan.storageData(plan.storageOf(i))) +
+      plan.offsetOf(i) * item;
+  int64_t elems = 1;  // kScalar
+  switch (op.maps[i]) {
+    case Mapping::kFull:
+      elems = numel;
+      break;
+    case Mapping::kRow:
+      elems = op.inner;
+      break;
+    case Mapping::kPerRow:
+      elems = numel / op.inner;
+      break;
+    case Mapping::kScalar:
+      break;
+  }
+  return {lo, lo + elems * item};
+}
 
 int64_t tileElements(const FusionGroup& group) {
   // Bytes per element of the full-size tensors the ops touch (an in-place

@@ -123,6 +123,14 @@ struct FusionGroup {
 constexpr int64_t kTileBytes = 8 << 20;
 int64_t tileElements(const FusionGroup& group);
 
+// The device memory operand `i` (a device tensor) of `op` touches in a group
+// of `numel` elements, as its mapping reads it: [lo, hi).
+struct MemorySpan {
+  const char* lo;
+  const char* hi;
+};
+MemorySpan operandSpan(const FusedOp& op, int i, int64_t numel);
+
 // The groups among `work`'s steps (steps in none run as they are). On the
 // worker, where the part runs; `threads` is what an item starts with.
 std::vector<FusionGroup> planFusion(const neuron_rt::CapturedWork& work,

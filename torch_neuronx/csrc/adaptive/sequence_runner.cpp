@@ -140,14 +140,7 @@ neuron_rt::ItemNote fusedNote(const neuron_rt::CapturedWork& work,
         if (s < 0 || op.item->writes(i) != (pass == 1)) continue;
         const int64_t item = plan.itemsizeOf(i);
         if (!element_bytes) element_bytes = static_cast<int>(item);
-        const int64_t elems = op.maps[i] == Mapping::kFull  ? g.numel
-                              : op.maps[i] == Mapping::kRow ? op.inner
-                              : op.maps[i] == Mapping::kPerRow
-                                  ? g.numel / op.inner
-                                  : 1;
-        const char* lo = static_cast<const char*>(plan.storageData(s)) +
-                         plan.offsetOf(i) * item;
-        const char* hi = lo + elems * item;
+        const auto [lo, hi] = operandSpan(op, i, g.numel);
         auto it = std::find_if(
             regions.begin(), regions.end(),
             [&](const Region& r) { return r.lo == lo && r.hi == hi; });
