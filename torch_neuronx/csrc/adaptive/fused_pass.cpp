@@ -1,7 +1,6 @@
 #include "adaptive/fused_pass.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <c10/core/TensorImpl.h>
 #include <neuron_runtime/stream.h>
 
@@ -10,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/openmp_runtime.h"
 #include "eager/op_item.h"
 #include "eager/run_on_device.h"
 
@@ -190,7 +190,7 @@ void runFusedPass(const FusionGroup& group) {
     // The chunks' starts, as the threads got them.
     std::mutex starts_mu;
     std::vector<int64_t> starts;
-    at::parallel_for(0, n, group.grain, [&](int64_t begin, int64_t end) {
+    parallelFor(0, n, group.grain, [&](int64_t begin, int64_t end) {
       {
         std::lock_guard<std::mutex> g(starts_mu);
         starts.push_back(begin);

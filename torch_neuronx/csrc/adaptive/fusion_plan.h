@@ -14,8 +14,8 @@
 // rest with scalar code, and vectorised exp/erf/fma can round differently
 // from the scalar ones. So a tile must hand each element to the same path as
 // the whole-tensor call would: tiles start at the whole call's thread
-// chunks (the pass runs at::parallel_for over the same range and grain, so
-// its chunks are the kernel's own) and split them only at multiples of
+// chunks (the pass splits the same range with the same grain by ATen's rule,
+// core/openmp_runtime.h, so its chunks are the kernel's own) and split them only at multiples of
 // kTileAlignment elements from an inner loop's start, which every vector
 // width divides. Ops whose inner loops are rows (a broadcast bias: rows of
 // its length) need rows and chunk starts on that alignment too; an op that
@@ -115,11 +115,13 @@ struct FusionGroup {
 
 // The tile of a group: about kTileBytes of its tensors, a multiple of
 // kTileAlignment and of its rows where they are shorter. The per-op cost of
-// a kernel call (a TensorIterator built for each tile: ~3 us) wants tiles
+// a kernel call (a TensorIterator built for each tile: ~3-5 us) wants tiles
 // far larger than L2; the host's L3 (tens of MiB, shared) still holds a
-// tile's intermediates between ops. Measured on the 16M-element bias + GELU
-// + residual + LayerNorm chain (2 cores): 128 KiB 0.5x plain eager,
-// 512 KiB 0.7x, 2 MiB 1.1x, 8 MiB 1.3-1.4x, 16 MiB 1.2-1.3x.
+// tile's intermediates between ops. Measured with both threads on a tile
+// each (2 cores, benchmarks/adaptive_eager.py --chains; ms per call, plain
+// eager 19-22 and 63-94): the 16M-element bias + GELU + residual + LayerNorm
+// chain 15.9 at 2 MiB, 15.7 at 4, 14.8-15.1 at 8, 16.5 at 16; the 50M
+// AdamW step 76 at 1 MiB, 53-57 at 2, 52-62 at 4, 46-50 at 8, 50-53 at 16.
 constexpr int64_t kTileBytes = 8 << 20;
 int64_t tileElements(const FusionGroup& group);
 

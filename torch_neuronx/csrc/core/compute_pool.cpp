@@ -1,10 +1,11 @@
 #include "core/compute_pool.h"
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <neuron_runtime/stream.h>
 
 #include <algorithm>
+
+#include "core/openmp_runtime.h"
 
 namespace torch_neuronx {
 namespace {
@@ -12,19 +13,8 @@ namespace {
 using PauseFn = int (*)(int);
 constexpr int kOmpPauseSoft = 1;  // omp_pause_soft: threads end, state kept
 
-// A symbol of the OpenMP runtime (or MKL) torch was loaded with, looked up
-// rather than linked: torch builds differ in their OpenMP runtime.
-void* findSymbol(const char* name) {
-  for (const char* lib : {"libgomp.so.1", "libiomp5.so", "libomp.so"}) {
-    if (void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD)) {
-      if (void* f = dlsym(h, name)) return f;
-    }
-  }
-  return dlsym(RTLD_DEFAULT, name);
-}
-
 PauseFn findPause() {
-  return reinterpret_cast<PauseFn>(findSymbol("omp_pause_resource_all"));
+  return reinterpret_cast<PauseFn>(openmpSymbol("omp_pause_resource_all"));
 }
 
 using OmpSetThreadsFn = void (*)(int);
@@ -33,7 +23,7 @@ using OmpSetThreadsFn = void (*)(int);
 // setting: the user's threads keep theirs). Cheap when unchanged.
 void setWorkerThreads(bool all) {
   static const auto omp_set =
-      reinterpret_cast<OmpSetThreadsFn>(findSymbol("omp_set_num_threads"));
+      reinterpret_cast<OmpSetThreadsFn>(openmpSymbol("omp_set_num_threads"));
   thread_local const int every = at::get_num_threads();  // before any change
   thread_local int current = every;
   const int n = all ? every : 1;

@@ -1,6 +1,5 @@
 #include "nki/kernel_launch.h"
 
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <neuron_runtime/nki/cost_model.h>
 #include <neuron_runtime/nki/parallel.h>
@@ -12,6 +11,7 @@
 #include <utility>
 
 #include "core/device.h"
+#include "core/openmp_runtime.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
@@ -132,7 +132,7 @@ nki::Profile kernelProfile(const nki::Program& program,
 void useAtenParallelFor() {
   nki::setParallelFor([](int64_t begin, int64_t end, int64_t grain,
                          const std::function<void(int64_t, int64_t)>& body) {
-    at::parallel_for(begin, end, grain, body);
+    parallelFor(begin, end, grain, body);
   });
 }
 

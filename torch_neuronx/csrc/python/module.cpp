@@ -1,15 +1,22 @@
 // torch_neuronx._C: the Python bindings. Plain values only (ints, strings,
 // dicts); tensors, streams and events reach Python through torch's own
 // generic classes.
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <neuron_runtime/runtime.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
 
+#include <algorithm>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
 #include "core/caching_allocator.h"
 #include "core/device.h"
 #include "core/generator.h"
+#include "core/openmp_runtime.h"
 #include "core/stream.h"
 #include "eager/first_call_validation.h"
 #include "eager/op_stats.h"
@@ -132,6 +139,23 @@ PYBIND11_MODULE(_C, m) {
     neuron_rt::TopologyConfig config = neuron_rt::Topology::configFromEnv();
     config.visible_cores.clear();
     return neuron_rt::Topology(config).numVisibleCores();
+  });
+  // The chunks this library's own parallel regions (the fused pass, the NKI
+  // simulator) split [0, n) into: (thread number, begin, end), in order.
+  m.def("_parallel_chunks", [](int64_t n, int64_t grain) {
+    std::mutex mu;
+    std::vector<std::tuple<int, int64_t, int64_t>> chunks;
+    {
+      py::gil_scoped_release release;
+      parallelFor(0, n, grain, [&](int64_t b, int64_t e) {
+        std::lock_guard<std::mutex> g(mu);
+        chunks.emplace_back(at::get_thread_num(), b, e);
+      });
+    }
+    std::sort(chunks.begin(), chunks.end(), [](const auto& x, const auto& y) {
+      return std::get<1>(x) < std::get<1>(y);
+    });
+    return chunks;
   });
   m.def("_set_local_world_from_group", &setLocalWorldFromGroup);
   m.def("_launch_blocking", &launchBlocking);
