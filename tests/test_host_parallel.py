@@ -1,5 +1,5 @@
-"""The library's own parallel regions (adaptive eager's fused pass, the NKI
-simulator) split their work over the host's threads as ATen's kernels do.
+"""The library's own parallel regions (adaptive eager's fused pass) split their work
+over the host's threads as ATen's kernels do.
 
 The library is built without OpenMP, where ATen's header-only at::parallel_for
 runs everything on the calling thread; csrc/core/openmp_runtime.h reaches torch's

@@ -444,8 +444,8 @@ bool matmulBf16Kernel(const uint16_t* s, int64_t s_row, int64_t s_col,
   vp.resize(static_cast<size_t>(KP * N));
   packPairs(s, s_row, s_col, K, M, sp.data());
   packPairs(v, v_row, v_col, K, N, vp.data());
-  // Blocks of 4 rows of c over the host's cores (a 128 x 128 x 512 tile is
-  // ~8 MFLOP: worth a fork).
+  // Blocks of 4 rows of c, over the host's cores where the embedder
+  // installed a pool (nki/parallel.h).
   const uint32_t* spp = sp.data();
   const uint32_t* vpp = vp.data();
   const int64_t blocks = (M + 3) / 4;

@@ -2,7 +2,6 @@
 
 #include <c10/util/Exception.h>
 #include <neuron_runtime/nki/cost_model.h>
-#include <neuron_runtime/nki/parallel.h>
 #include <neuron_runtime/trace.h>
 #include <neuron_runtime/trainium_estimate.h>
 
@@ -11,7 +10,6 @@
 #include <utility>
 
 #include "core/device.h"
-#include "core/openmp_runtime.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
@@ -127,13 +125,6 @@ nki::Profile kernelProfile(const nki::Program& program,
   q.sbuf_high_water = program.profile().sbuf_high_water;
   q.psum_high_water = program.profile().psum_high_water;
   return q;
-}
-
-void useAtenParallelFor() {
-  nki::setParallelFor([](int64_t begin, int64_t end, int64_t grain,
-                         const std::function<void(int64_t, int64_t)>& body) {
-    parallelFor(begin, end, grain, body);
-  });
 }
 
 }  // namespace torch_neuronx

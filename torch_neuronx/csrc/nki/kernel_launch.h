@@ -36,7 +36,4 @@ void launchKernel(std::shared_ptr<const neuron_rt::nki::Program> program,
 neuron_rt::nki::Profile kernelProfile(const neuron_rt::nki::Program& program,
                                       neuron_rt::Target target);
 
-// The simulator's large instructions run on ATen's intra-op pool, as ops do.
-void useAtenParallelFor();
-
 }  // namespace torch_neuronx

@@ -140,8 +140,8 @@ PYBIND11_MODULE(_C, m) {
     config.visible_cores.clear();
     return neuron_rt::Topology(config).numVisibleCores();
   });
-  // The chunks this library's own parallel regions (the fused pass, the NKI
-  // simulator) split [0, n) into: (thread number, begin, end), in order.
+  // The chunks this library's own parallel regions (adaptive eager's fused
+  // pass) split [0, n) into: (thread number, begin, end), in order.
   m.def("_parallel_chunks", [](int64_t n, int64_t grain) {
     std::mutex mu;
     std::vector<std::tuple<int, int64_t, int64_t>> chunks;

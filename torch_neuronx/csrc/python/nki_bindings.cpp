@@ -167,7 +167,6 @@ py::dict recordsDict(const nki::Program& p) {
 
 void bindNki(py::module_& m) {
   m.def("_nki_layout", &layoutDict);
-  useAtenParallelFor();
   programErrorType() = py::reinterpret_borrow<py::object>(PyErr_NewException(
       "torch_neuronx._C._NkiProgramError", PyExc_ValueError, nullptr));
   m.attr("_NkiProgramError") = programErrorType();
