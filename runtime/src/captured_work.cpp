@@ -104,13 +104,20 @@ HeldSequenceRunner* heldSequenceRunner() {
 }
 
 void HeldItemsTask::run() {
-  if (sequence_ != 0) {
-    if (HeldSequenceRunner* runner = heldSequenceRunner()) {
-      runner->run(work_, label_, sequence_);
-      return;
-    }
+  if (sequence_ == 0) {  // a batch: its failures name the step and the batch
+    work_.run(label_);
+    return;
   }
-  work_.run(label_);
+  // A part of an adaptive sequence is the user's eager ops, replayed: a
+  // failing op is reported as plain eager reports it.
+  try {
+    if (HeldSequenceRunner* runner = heldSequenceRunner())
+      runner->run(work_, label_, sequence_);
+    else
+      work_.run(label_);
+  } catch (const StepError& e) {
+    throw OpError(e.status(), e.step(), e.stepMessage());
+  }
 }
 
 namespace {

@@ -303,7 +303,9 @@ void Stream::workerLoop() {
         if (!error_) {
           error_ = WorkError{device_,     id_,      item->seq,
                              item->label, e.what(), e.status()};
-          if (const auto* step = dynamic_cast<const StepError*>(&e)) {
+          if (const auto* op = dynamic_cast<const OpError*>(&e)) {
+            error_->label = op->op();
+          } else if (const auto* step = dynamic_cast<const StepError*>(&e)) {
             error_->step = step->step();
             error_->step_index = step->index();
             error_->step_message = step->stepMessage();

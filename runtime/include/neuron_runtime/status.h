@@ -61,4 +61,18 @@ class StepError : public Error {
   std::string step_message_;
 };
 
+// Thrown by an item that stands for the ops it runs — a part of an adaptive
+// sequence replays the user's own eager ops — when one of them fails: the
+// stream reports the failure as that op's own, as if it had run as an item
+// of its own (the error's label is `op`, its message the op's).
+class OpError : public Error {
+ public:
+  OpError(Status status, std::string op, const std::string& message)
+      : Error(status, message), op_(std::move(op)) {}
+  const std::string& op() const { return op_; }
+
+ private:
+  std::string op_;
+};
+
 }  // namespace neuron_rt
