@@ -15,12 +15,12 @@
 // from the scalar ones. So a tile must hand each element to the same path as
 // the whole-tensor call would: tiles start at the whole call's thread
 // chunks (the pass splits the same range with the same grain by ATen's rule,
-// core/openmp_runtime.h, so its chunks are the kernel's own) and split them only at multiples of
-// kTileAlignment elements from an inner loop's start, which every vector
-// width divides. Ops whose inner loops are rows (a broadcast bias: rows of
-// its length) need rows and chunk starts on that alignment too; an op that
-// does not fit stays out of the group. LayerNorm normalises each row on its
-// own: it runs over whole rows once the group's ops have written them.
+// core/openmp_runtime.h, so its chunks are the kernel's own) and split them
+// only at multiples of kTileAlignment elements from an inner loop's start,
+// which every vector width divides. Ops whose inner loops are rows (a broadcast
+// bias: rows of its length) need rows and chunk starts on that alignment too;
+// an op that does not fit stays out of the group. LayerNorm normalises each row
+// on its own: it runs over whole rows once the group's ops have written them.
 //
 // Temporaries the host dropped before the sequence was released (x + b in
 // gelu(x + b)) are written to a tile buffer instead of memory: they are

@@ -33,7 +33,6 @@ const Runtime& runtime() {
 struct Region {
   int64_t begin, end, grain;
   const std::function<void(int64_t, int64_t)>* body;
-  const Runtime* rt;
   std::atomic_flag failed = ATOMIC_FLAG_INIT;
   std::exception_ptr error;
 };
@@ -41,11 +40,12 @@ struct Region {
 // ATen's invoke_parallel, per thread of the team.
 void runChunk(void* data) {
   auto& region = *static_cast<Region*>(data);
-  int64_t chunks = region.rt->team_size();
+  const Runtime& rt = runtime();
+  int64_t chunks = rt.team_size();
   const int64_t n = region.end - region.begin;
   if (region.grain > 0)
     chunks = std::min(chunks, (n + region.grain - 1) / region.grain);
-  const int64_t tid = region.rt->thread_index();
+  const int64_t tid = rt.thread_index();
   const int64_t size = (n + chunks - 1) / chunks;
   const int64_t first = region.begin + tid * size;
   if (first >= region.end) return;
@@ -82,7 +82,7 @@ void parallelFor(int64_t begin, int64_t end, int64_t grain,
     at::parallel_for(begin, end, grain, body);
     return;
   }
-  Region region{begin, end, grain, &body, &rt};
+  Region region{begin, end, grain, &body};
   rt.parallel(&runChunk, &region, 0, 0);
   if (region.error) std::rethrow_exception(region.error);
 }

@@ -145,13 +145,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_parallel_chunks", [](int64_t n, int64_t grain) {
     std::mutex mu;
     std::vector<std::tuple<int, int64_t, int64_t>> chunks;
-    {
-      py::gil_scoped_release release;
+    withoutGil([&] {
       parallelFor(0, n, grain, [&](int64_t b, int64_t e) {
         std::lock_guard<std::mutex> g(mu);
         chunks.emplace_back(at::get_thread_num(), b, e);
       });
-    }
+    });
     std::sort(chunks.begin(), chunks.end(), [](const auto& x, const auto& y) {
       return std::get<1>(x) < std::get<1>(y);
     });
