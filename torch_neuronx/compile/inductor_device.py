@@ -35,17 +35,19 @@ from torch._inductor.virtualized import V
 # graphs cached by another version are not reused: Inductor's FX graph cache key
 # includes the uuid of each device's registered custom pass (codecache.py,
 # FxGraphHashDetails).
-CODEGEN_VERSION = 6
+CODEGEN_VERSION = 7
 
 
 class NeuronGraphPass(CustomGraphModulePass):
     """Inductor's post-grad pass for graphs with neuron tensors: FlexAttention in
-    its dense form (``flex_attention.py``), the float8 rewrites (``float8.py``)."""
+    its dense form (``flex_attention.py``), the float8 rewrites (``float8.py``),
+    ``bernoulli`` as a fallback with a result of its own (``bernoulli_fallback.py``)."""
 
     def __call__(self, gm) -> None:
-        from . import flex_attention, float8
+        from . import bernoulli_fallback, flex_attention, float8
 
         changed = flex_attention.decompose(gm)
+        changed |= bernoulli_fallback.rewrite(gm) > 0
         if float8.rewrite(gm.graph) or changed:
             gm.graph.lint()
             gm.recompile()
@@ -229,6 +231,9 @@ def register() -> None:
     if _registered:
         return
     _registered = True
+    # The pass's custom op, which graphs from Inductor's cache call too.
+    from . import bernoulli_fallback  # noqa: F401
+
     _settings_for_cpp_kernels_on_a_device()
     _apply_cache_settings()
     register_interface_for_device("neuron", NeuronInterface)
