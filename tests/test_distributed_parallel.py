@@ -87,3 +87,7 @@ def test_functional_collectives_in_compiled_graphs(tmp_path):
     built = sum(int(o.split("COMPILED_FILES ")[1].split()[0]) for o in outs)
     libraries = list(cache.rglob("*.so"))
     assert libraries and built == len(libraries), (built, libraries)
+
+
+def test_sync_batch_norm_trains_like_batch_norm_on_the_global_batch():
+    run_job("sync_batch_norm_worker.py", 2)

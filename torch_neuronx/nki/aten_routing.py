@@ -64,16 +64,20 @@ def _fused_sdp_choice(
 ):
     if _sdpa_fits(q, k, v, attn_mask, dropout_p, is_causal):
         return _OVERRIDEABLE
+    # sdpa_kernel(SDPBackend.OVERRIDEABLE) turns math off: the overrideable
+    # backend runs any inputs (_overrideable_forward).
+    if not torch.backends.cuda.math_sdp_enabled() and torch._C._get_overrideable_sdp_enabled():
+        return _OVERRIDEABLE
     return _MATH  # the device's composite ops
 
 
 def _laid_out_like(t, ref):
-    """``t`` (contiguous, from a kernel) in ``ref``'s memory layout: what the
+    """``t`` (from a kernel) in ``ref``'s memory layout: what the
     operators' meta kernels say (``empty_like(query)`` for the output and each
     gradient) and compiled graphs check — TorchTitan's q/k/v are transposed views.
     """
     if ref.is_contiguous():
-        return t
+        return t.contiguous()  # (the CPU's fused kernel returns [B, L, H, D] layouts)
     order = sorted(range(ref.dim()), key=lambda d: -ref.stride(d))
     laid = torch.empty([ref.shape[d] for d in order], dtype=t.dtype, device=t.device)
     out = laid.permute([order.index(d) for d in range(ref.dim())])
@@ -84,10 +88,10 @@ def _laid_out_like(t, ref):
 def _sdpa_forward(
     q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
 ):
+    if not _sdpa_fits(q, k, v, attn_bias, dropout_p, is_causal):
+        return _overrideable_forward(q, k, v, attn_bias, dropout_p, is_causal, scale)
     from . import kernels
 
-    if attn_bias is not None or dropout_p != 0.0:
-        raise RuntimeError("neuron: the fused attention kernel takes no mask and no dropout")
     B, H, S, D = q.shape
     scale = scale if scale is not None else 1.0 / math.sqrt(D)
     o, lse = kernels.flash_attention_fwd[B, H](q, k, v, softmax_scale=scale, causal=is_causal)
@@ -121,6 +125,11 @@ def _sdpa_backward(
     *,
     scale=None,
 ):
+    if not _sdpa_fits(q, k, v, attn_bias, dropout_p, is_causal):
+        return _overrideable_backward(
+            grad_out, q, k, v, attn_bias, out, logsumexp, dropout_p, is_causal,
+            philox_seed, philox_offset, scale,
+        )  # fmt: skip
     from . import kernels
 
     B, H, S, D = q.shape
@@ -130,6 +139,126 @@ def _sdpa_backward(
     )
     dq, dk, dv = _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v)
     return dq, dk, dv, torch.empty(0, device=q.device)
+
+
+# The overrideable backend for what the NKI kernels do not take (the default, as
+# the kernels run only with TORCH_NEURONX_SIMULATE_NKI_ATTENTION=1), so that code
+# selecting it — ``sdpa_kernel(SDPBackend.OVERRIDEABLE)``, the backend slot for
+# PrivateUse1 devices that TorchNeuron code picks — runs, with the CPU's numbers:
+# - 4-D, equal head counts, no mask and no dropout: the CPU's fused attention
+#   kernel (what the CPU itself runs for these inputs), forward and backward;
+# - otherwise the math composite CPU attention falls back to (masks, grouped
+#   query heads, dropout drawn from the neuron generator, whose numbers are the
+#   CPU's). Its backward recomputes the forward under autograd; for dropout the
+#   generator's state before the draw travels in ``philox_seed`` /
+#   ``philox_offset`` (CUDA's slots for the same purpose), so the backward draws
+#   the same mask.
+def _fused_kernel_fits(q, k, v, attn_bias, dropout_p) -> bool:
+    return (
+        q.dim() == 4
+        and attn_bias is None
+        and dropout_p == 0.0
+        and k.shape[1] == q.shape[1] == v.shape[1]
+        and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+    )
+
+
+def _math(q, k, v, attn_bias, dropout_p, is_causal, scale):
+    gqa = q.dim() >= 3 and k.size(-3) != q.size(-3)
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, v, attn_bias, dropout_p, is_causal, None, scale=scale, enable_gqa=gqa
+    )[0]
+
+
+def _logsumexp(q, k, attn_bias, is_causal, scale):
+    """The log-sum-exp of each query's scaled, masked scores (the op's second
+    result), in float32 as the fused kernels keep it."""
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.size(-1))
+    if k.size(-3) != q.size(-3):
+        k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
+    scores = (q.float() @ k.float().transpose(-2, -1)) * scale
+    if is_causal:
+        L, S = scores.shape[-2:]
+        keep = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_bias is not None:
+        scores = scores + attn_bias.float()
+    lse = torch.logsumexp(scores, -1)
+    return lse if q.dim() == 4 else lse.unsqueeze(0)
+
+
+def _overrideable_forward(q, k, v, attn_bias, dropout_p, is_causal, scale):
+    L, S = q.size(-2), k.size(-2)
+    empty_i = torch.empty(0, dtype=torch.int64, device=q.device)
+    empty = torch.empty(0, device=q.device)
+    if _fused_kernel_fits(q, k, v, attn_bias, dropout_p):
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, scale=scale
+        )
+        zero = torch.zeros((), dtype=torch.int64, device=q.device)
+        # The CPU kernel lays the log-sum-exp out [B, L, H]; the op's meta kernel
+        # (and compiled graphs) have it contiguous [B, H, L].
+        lse = lse.contiguous()
+        return (_laid_out_like(o, q), lse, empty_i, empty_i, L, S, zero, zero, empty)
+    state = torch.neuron.get_rng_state(q.device).view(torch.int64)  # before the draw
+    with torch.no_grad():
+        o = _math(q, k, v, attn_bias, dropout_p, is_causal, scale)
+        lse = _logsumexp(q, k, attn_bias, is_causal, scale)
+    seed, offset = (state[i].to(q.device) for i in range(2))
+    return (_laid_out_like(o.contiguous(), q), lse, empty_i, empty_i, L, S, seed, offset, empty)
+
+
+def _autograd_reenabled():
+    """The autograd dispatch keys back on: a backend kernel runs with them
+    excluded (below autograd), and the backward differentiates the math
+    composite it recomputes."""
+    from torch._C import DispatchKey
+
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in (
+        DispatchKey.AutogradFunctionality,
+        DispatchKey.AutogradOther,
+        DispatchKey.AutogradNestedTensor,
+        DispatchKey.ADInplaceOrView,
+    ):
+        exclude = exclude.remove(key)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
+
+
+def _overrideable_backward(
+    grad_out, q, k, v, attn_bias, out, lse, dropout_p, is_causal, seed, offset, scale
+):
+    if _fused_kernel_fits(q, k, v, attn_bias, dropout_p):
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out, q, k, v, out, lse, 0.0, is_causal, scale=scale
+        )
+        return (
+            _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v),
+            torch.empty(0, device=q.device),
+        )  # fmt: skip
+    inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+    bias = None
+    if attn_bias is not None:
+        bias = attn_bias.detach().requires_grad_(attn_bias.is_floating_point())
+    current = torch.neuron.get_rng_state(q.device)
+    if dropout_p > 0.0:  # the forward's draw again
+        state = torch.stack([seed.cpu().reshape(()), offset.cpu().reshape(())])
+        torch.neuron.set_rng_state(state.view(torch.uint8), q.device)
+    try:
+        with torch.enable_grad(), _autograd_reenabled():
+            o = _math(*inputs, bias, dropout_p, is_causal, scale)
+            wrt = inputs + ([bias] if bias is not None and bias.requires_grad else [])
+            grads = torch.autograd.grad(o, wrt, grad_out)
+    finally:
+        torch.neuron.set_rng_state(current, q.device)
+    dq, dk, dv = grads[:3]
+    if bias is None:
+        dbias = torch.empty(0, device=q.device)
+    elif len(grads) > 3:  # summed over the dims the mask was broadcast along
+        dbias = grads[3]
+    else:
+        dbias = torch.zeros_like(attn_bias)
+    return _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v), dbias
 
 
 def _rms_fits(x, normalized_shape, weight) -> bool:

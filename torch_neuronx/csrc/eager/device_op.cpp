@@ -77,8 +77,9 @@ c10::DeviceIndex prepareArguments(const c10::FunctionSchema& schema,
     const IValue& v = args[i];
     if (v.isDevice()) check.device(v.toDevice());
     if (v.isOptionalTensorList()) continue;  // index lists: below
+    const char* name = schema.arguments()[i].name().c_str();
     forEachTensor(v, [&](const at::Tensor& t) {
-      check.tensor(t);
+      check.tensor(t, name);
       widen |= needsWidening(traits.widen_mask, t);
     });
   }
@@ -332,6 +333,7 @@ void deviceOpFallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
 
   bool widen = false;
   const c10::DeviceIndex device = prepareArguments(schema, traits, args, widen);
+  if (traits.cpu_kernel_missing) refuseUnsupportedOp(traits);
   noteExecutedOnce(traits.name.c_str(), traits.noted);
   if (traits.call_check) traits.call_check(args);
 

@@ -4,6 +4,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
+#include <string>
+
 #include "core/device.h"
 
 namespace torch_neuronx {
@@ -16,9 +18,24 @@ namespace {
               a, " and ", b, "!");
 }
 
+// Torch's message, then TorchNeuron's wording for a tensor of another
+// device type (code written for TorchNeuron looks for it).
+[[noreturn]] void otherDeviceType(c10::Device neuron, c10::Device other,
+                                  const char* arg) {
+  const std::string type = c10::DeviceTypeName(other.type(), true);
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at "
+              "least two devices, ",
+              neuron, " and ", other, "! (",
+              arg ? std::string("argument '") + arg + "'" : "a tensor",
+              " is on ", type,
+              " device, expected neuron; move it with "
+              ".to('neuron'), or pass a Python number or 0-dim CPU tensor)");
+}
+
 }  // namespace
 
-void DeviceCheck::tensor(const at::Tensor& t) {
+void DeviceCheck::tensor(const at::Tensor& t, const char* arg) {
   if (!t.defined()) return;
   if (isNeuron(t)) {
     c10::DeviceIndex idx = t.device().index();
@@ -27,7 +44,10 @@ void DeviceCheck::tensor(const at::Tensor& t) {
     else if (device_ != idx)
       mixedDevices(neuronDevice(device_), t.device());
   } else if (!(t.device().is_cpu() && t.dim() == 0)) {
-    other_ = t.device();
+    if (!other_) {
+      other_ = t.device();
+      other_arg_ = arg;
+    }
   }
 }
 
@@ -38,7 +58,7 @@ void DeviceCheck::device(const c10::Device& d) {
 
 c10::DeviceIndex DeviceCheck::finish() {
   if (device_ < 0) device_ = currentDevice();
-  if (other_) mixedDevices(neuronDevice(device_), *other_);
+  if (other_) otherDeviceType(neuronDevice(device_), *other_, other_arg_);
   return device_;
 }
 

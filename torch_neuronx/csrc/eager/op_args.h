@@ -20,10 +20,11 @@ inline bool isNeuron(const at::Tensor& t) {
 }
 
 // Finds the device of an op and enforces PyTorch's same-device rule: CPU
-// tensors may take part only as 0-dim scalars, as on CUDA.
+// tensors may take part only as 0-dim scalars, as on CUDA. `arg` names the
+// argument a tensor came in, for the error.
 class DeviceCheck {
  public:
-  void tensor(const at::Tensor& t);
+  void tensor(const at::Tensor& t, const char* arg = nullptr);
   void device(const c10::Device& d);
   // The op's device; throws the usual "Expected all tensors to be on the
   // same device" error for a mix.
@@ -32,6 +33,7 @@ class DeviceCheck {
  private:
   c10::DeviceIndex device_ = -1;
   std::optional<c10::Device> other_;
+  const char* other_arg_ = nullptr;
 };
 
 // Mirrors tensors as meta tensors with the same geometry. Arguments that

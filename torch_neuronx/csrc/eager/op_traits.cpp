@@ -28,6 +28,9 @@ bool metaDiffersFromCpu(const std::string& name) {
       "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_batch_norm_with_update", "aten::_embedding_bag",
       "aten::_embedding_bag_forward_only",
+      // Without need_weights the CPU kernel returns no attention weights
+      // (an undefined tensor, as CUDA's); the Meta kernel makes an empty one.
+      "aten::_native_multi_head_attention",
       // Its Meta kernel says float32; the CPU's result is quantized, which
       // the synchronous path refuses at the call (checkUnquantizedResult).
       "aten::quantize_per_tensor"};
@@ -129,7 +132,19 @@ OpTraits& traitsFor(const c10::OperatorHandle& op) {
     t.alias_write.push_back(write);
   }
   classifyRandomOp(schema, t);
+  t.cpu_kernel_missing =
+      !op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
   return t;
+}
+
+void refuseUnsupportedOp(const OpTraits& traits) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, "Could not run '", traits.name,
+      "' with arguments from the 'neuron' backend: the operator is not "
+      "supported on neuron (torch_neuronx has no kernel for it, and ATen has "
+      "no CPU kernel the simulated NeuronCore could run; ATen may have one "
+      "for CUDA only). Use a supported equivalent, or run this op on the CPU "
+      "(move its inputs with .cpu() and the result back with .to('neuron')).");
 }
 
 void explainSynchronous(OpTraits& traits, const char* why) {

@@ -43,10 +43,17 @@ struct OpTraits {
   // depend on the values of tensors it reads (not only on their shapes).
   bool draws_random = false;
   bool random_reads_values = false;
+  // ATen has no CPU kernel for it (a CUDA-only op): the generic path, which
+  // runs the CPU kernel on the device's memory, cannot run it.
+  bool cpu_kernel_missing = false;
 };
 
 // The traits of `op`, built on its first call (thread-safe).
 OpTraits& traitsFor(const c10::OperatorHandle& op);
+
+// Raises NotImplementedError naming the op and the neuron device, as CUDA's
+// dispatcher error names CUDA, for an op the device has no way to run.
+[[noreturn]] void refuseUnsupportedOp(const OpTraits& traits);
 
 // TORCH_NEURONX_LOG_SYNC_OPS=1 prints why an op took the synchronous path
 // (once per op): a debugging aid for ops that stall the pipeline.

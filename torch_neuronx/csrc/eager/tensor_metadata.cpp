@@ -17,11 +17,6 @@ c10::DeviceIndex indexOf(std::optional<c10::Device> device) {
   return currentDevice();
 }
 
-void checkNotPinned(std::optional<bool> pin_memory) {
-  TORCH_CHECK(!pin_memory.value_or(false),
-              "Only dense CPU tensors can be pinned");
-}
-
 // Grows the storage if the tensor's geometry needs more bytes than it has.
 void ensureStorageFits(at::Tensor& self) {
   size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(),
@@ -41,7 +36,10 @@ at::Tensor emptyMemoryFormat(c10::IntArrayRef size,
                              std::optional<c10::MemoryFormat> memory_format) {
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron supports only strided tensors, got layout ", *layout);
-  checkNotPinned(pin_memory);
+  // pin_memory asks for page-locked host memory: meaningless for device
+  // memory, and ignored for it (TorchNeuron's rule; torch.scalar_tensor and
+  // other factories pass it through to empty).
+  (void)pin_memory;
   AllocLabel label("aten::empty");
   return emptyContiguous(
       size, dtype.value_or(c10::get_default_dtype_as_scalartype()),
@@ -55,7 +53,7 @@ at::Tensor emptyStridedOp(c10::IntArrayRef size, c10::IntArrayRef stride,
                           std::optional<bool> pin_memory) {
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron supports only strided tensors, got layout ", *layout);
-  checkNotPinned(pin_memory);
+  (void)pin_memory;  // ignored for device memory (emptyMemoryFormat)
   for (int64_t s : size)
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s,
                 ": ", size);

@@ -4,55 +4,14 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
-#include <initializer_list>
-#include <memory>
-#include <utility>
 
-#include "adaptive/item_signature.h"
 #include "core/memory_history.h"
-#include "core/stream.h"
-#include "eager/cpu_alias.h"
-#include "eager/op_args.h"
-#include "eager/op_stats.h"
-#include "eager/run_on_device.h"
-#include "profiler/op_cost.h"
+#include "eager/host_kernel_item.h"
 
 namespace torch_neuronx {
 namespace {
 
 using Built = AliasPlan::Built;
-
-// Gates are computed in float for float16/bfloat16 tensors, as CUDA's
-// kernels compute in their opmath type; results are rounded once, when they
-// are written.
-at::Tensor opmath(const at::Tensor& t) {
-  return t.defined() && at::isReducedFloatingType(t.scalar_type())
-             ? t.to(at::kFloat)
-             : t;
-}
-
-// One work item over `tensors`: its `inputs` first, then the outputs it
-// writes (undefined ones stay undefined). `body` gets their CPU aliases in
-// that order, the inputs in opmath.
-template <typename Body>
-void launchCell(const char* name, std::atomic<uint32_t>& noted, size_t inputs,
-                std::initializer_list<at::Tensor> tensors, Body body) {
-  noteExecutedOnce(name, noted);
-  DeviceCheck dc;
-  for (const at::Tensor& t : tensors) dc.tensor(t);
-  const c10::DeviceIndex device = dc.finish();
-  auto plan = std::make_shared<AliasPlan>();
-  for (const at::Tensor& t : tensors) plan->add(t);
-  if (profiler::recordingItems()) profiler::noteEagerItem(name, *plan);
-  if (adaptive::enabled()) adaptive::signFromPlan(name, *plan);
-  launch(device, name, [plan, inputs, body] {
-    runOnDevice([&] {
-      Built t = plan->build();
-      for (size_t k = 0; k < inputs; ++k) t[k] = opmath(t[k]);
-      body(t);
-    });
-  });
-}
 
 at::Tensor valueOr(const std::optional<at::Tensor>& t) {
   return t.has_value() ? *t : at::Tensor();
@@ -110,22 +69,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fusedLstmCell(
   at::Tensor hy = at::empty(cx.sizes(), cx.options());
   at::Tensor cy = at::empty(cx.sizes(), cx.options());
   at::Tensor workspace = at::empty(input_gates.sizes(), input_gates.options());
-  launchCell(kName, noted, 5,
-             {input_gates, hidden_gates, cx, input_bias, hidden_bias, hy, cy,
-              workspace},
-             [](Built& t) {
-               at::Tensor gates = t[0] + t[1];
-               if (t[3].defined()) gates = gates + t[3] + t[4];
-               auto g = gates.chunk(4, 1);
-               const at::Tensor i = g[0].sigmoid();
-               const at::Tensor f = g[1].sigmoid();
-               const at::Tensor c = g[2].tanh();
-               const at::Tensor o = g[3].sigmoid();
-               const at::Tensor cy = f * t[2] + i * c;
-               t[6].copy_(cy);
-               t[5].copy_(o * cy.tanh());
-               t[7].copy_(at::cat({i, f, c, o}, 1));
-             });
+  launchHostKernel(kName, noted, 5,
+                   {input_gates, hidden_gates, cx, input_bias, hidden_bias, hy,
+                    cy, workspace},
+                   [](Built& t) {
+                     at::Tensor gates = t[0] + t[1];
+                     if (t[3].defined()) gates = gates + t[3] + t[4];
+                     auto g = gates.chunk(4, 1);
+                     const at::Tensor i = g[0].sigmoid();
+                     const at::Tensor f = g[1].sigmoid();
+                     const at::Tensor c = g[2].tanh();
+                     const at::Tensor o = g[3].sigmoid();
+                     const at::Tensor cy = f * t[2] + i * c;
+                     t[6].copy_(cy);
+                     t[5].copy_(o * cy.tanh());
+                     t[7].copy_(at::cat({i, f, c, o}, 1));
+                   });
   return {hy, cy, workspace};
 }
 
@@ -153,7 +112,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fusedLstmCellBackwardImpl(
                 cx.sizes(), ", got ", g->sizes());
   at::Tensor grad_gates = at::empty(workspace.sizes(), workspace.options());
   at::Tensor grad_cx = at::empty(cx.sizes(), cx.options());
-  launchCell(
+  launchHostKernel(
       kName, noted, 5,
       {grad_hy, grad_cy, cx, cy, workspace, grad_gates, grad_cx}, [](Built& t) {
         auto w = t[4].chunk(4, 1);
@@ -190,7 +149,7 @@ std::tuple<at::Tensor, at::Tensor> fusedGruCell(
   at::Tensor hy = at::empty(hx.sizes(), hx.options());
   at::Tensor workspace =
       at::empty({hx.size(0), hx.size(1) * 5}, input_gates.options());
-  launchCell(
+  launchHostKernel(
       kName, noted, 5,
       {input_gates, hidden_gates, hx, input_bias, hidden_bias, hy, workspace},
       [](Built& t) {
@@ -228,20 +187,21 @@ fusedGruCellBackward(const at::Tensor& grad_hy, const at::Tensor& workspace,
   at::Tensor grad_hidden_gates =
       at::empty({batch, 3 * hidden}, workspace.options());
   at::Tensor grad_hx = at::empty({batch, hidden}, workspace.options());
-  launchCell(kName, noted, 2,
-             {grad_hy, workspace, grad_input_gates, grad_hidden_gates, grad_hx},
-             [](Built& t) {
-               auto w = t[1].chunk(5, 1);
-               const at::Tensor &r = w[0], &z = w[1], &n = w[2], &hx = w[3],
-                                &hn = w[4];
-               const at::Tensor& go = t[0];
-               const at::Tensor gz = go * (hx - n) * sigmoidGrad(z);
-               const at::Tensor gn = go * (1 - z) * tanhGrad(n);
-               const at::Tensor gr = gn * hn * sigmoidGrad(r);
-               t[2].copy_(at::cat({gr, gz, gn}, 1));
-               t[3].copy_(at::cat({gr, gz, gn * r}, 1));
-               t[4].copy_(go * z);
-             });
+  launchHostKernel(
+      kName, noted, 2,
+      {grad_hy, workspace, grad_input_gates, grad_hidden_gates, grad_hx},
+      [](Built& t) {
+        auto w = t[1].chunk(5, 1);
+        const at::Tensor &r = w[0], &z = w[1], &n = w[2], &hx = w[3],
+                         &hn = w[4];
+        const at::Tensor& go = t[0];
+        const at::Tensor gz = go * (hx - n) * sigmoidGrad(z);
+        const at::Tensor gn = go * (1 - z) * tanhGrad(n);
+        const at::Tensor gr = gn * hn * sigmoidGrad(r);
+        t[2].copy_(at::cat({gr, gz, gn}, 1));
+        t[3].copy_(at::cat({gr, gz, gn * r}, 1));
+        t[4].copy_(go * z);
+      });
   at::Tensor grad_input_bias, grad_hidden_bias;
   if (has_bias) {
     grad_input_bias = grad_input_gates.sum(0);

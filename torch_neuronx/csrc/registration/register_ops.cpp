@@ -19,7 +19,9 @@
 #include "ops/dropout.h"
 #include "ops/histc.h"
 #include "ops/layer_norm.h"
+#include "ops/linear_backward.h"
 #include "ops/rnn_cells.h"
+#include "ops/sync_batch_norm.h"
 
 namespace torch_neuronx {
 namespace {
@@ -51,6 +53,7 @@ constexpr char kCopy[] = "aten::copy_";
 constexpr char kCopyFrom[] = "aten::_copy_from";
 constexpr char kCopyFromAndResize[] = "aten::_copy_from_and_resize";
 constexpr char kLocalScalarDense[] = "aten::_local_scalar_dense";
+constexpr char kLinearBackward[] = "aten::linear_backward";
 
 }  // namespace
 
@@ -101,6 +104,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          TORCH_FN(fusedLstmCellBackwardImpl));
   m.impl("_thnn_fused_gru_cell", TORCH_FN(fusedGruCell));
   m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(fusedGruCellBackward));
+  // nn.SyncBatchNorm's statistics ops (CUDA-only in ATen).
+  m.impl("batch_norm_stats", TORCH_FN(batchNormStats));
+  m.impl("batch_norm_elemt", TORCH_FN(batchNormElemt));
+  m.impl("batch_norm_elemt.out", TORCH_FN(batchNormElemtOut));
+  m.impl("batch_norm_gather_stats", TORCH_FN(batchNormGatherStats));
+  m.impl("batch_norm_gather_stats_with_counts",
+         TORCH_FN(batchNormGatherStatsWithCounts));
+  m.impl("batch_norm_backward_reduce", TORCH_FN(batchNormBackwardReduce));
+  m.impl("batch_norm_backward_elemt", TORCH_FN(batchNormBackwardElemt));
+  // Linear's gradients in one call (TorchNeuron and MPS have it).
+  m.impl("linear_backward",
+         TORCH_FN((Noted<kLinearBackward, &linearBackward>::call)));
   // Random ops with no generator argument: they draw from the neuron one.
   m.impl("dropout", TORCH_FN(dropoutOp));
   m.impl("native_dropout", TORCH_FN(nativeDropout));
