@@ -11,7 +11,11 @@ Two levels of recording:
   (``aten::full``, ``aten::ones``, ``aten::clone``, ``aten::linear``, ...). This
   costs a dispatcher hook on every operator call (~0.5 µs), so it stays off until
   someone reads the results. Call ``clear_op_tracking()`` before the code you
-  want to check, as TorchNeuron users do.
+  want to check, as TorchNeuron users do. While it is on, each call is recorded
+  when it returns, by TorchNeuron's rules (docs/compatibility.md, "Executed and
+  fallback ops"): view ops (``view``, ``transpose``, ``expand``, ...) and calls
+  with nothing to compute (every result empty, as an all-false mask's index;
+  ``cat`` of one tensor) are not executed.
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ def get_fallback_ops() -> list[str]:
     """Ops the host computed instead of the device, their results copied to the device
     (TorchNeuron's CPU fallbacks), named as :func:`get_executed_ops` names them.
 
-    On neuron these are the random ops (``aten::normal_``, ``aten::bernoulli_.float``,
-    ...): the host draws their numbers with the CPU's generator, so that they equal the
-    CPU's. Every other op runs as device work.
+    On neuron these are the linear-algebra decompositions TorchNeuron runs on the CPU
+    (``aten::linalg_qr``, ``aten::_linalg_svd``, ``aten::_linalg_eigh``,
+    ``aten::linalg_cholesky_ex``, ``aten::linalg_inv_ex``, ``aten::linalg_lu_factor_ex``,
+    ``aten::_linalg_det``, ``aten::_linalg_slogdet``), so that a model that would fall
+    back on Trainium shows it here. Random ops are device ops whose numbers the host
+    draws (the CPU's): executed, not fallbacks.
     """
     _track()
     return list(_C._get_fallback_ops())

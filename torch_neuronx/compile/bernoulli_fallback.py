@@ -1,9 +1,8 @@
 """``bernoulli`` in neuron graphs: a fallback with a result of its own.
 
-Dropout on neuron draws its mask the way the CPU's dropout does
-(``empty_like(x).bernoulli_(p)``: the same numbers as eager mode, see
-``csrc/ops/dropout.h``), so a compiled training graph holds
-``bernoulli.p(empty, p)``. The neuron backend runs random ops as eager calls
+A mask drawn the way the CPU's dropout draws it (``empty_like(x).bernoulli_(p)``,
+as code that builds its own dropout writes it) is ``bernoulli.p(empty, p)`` in a
+compiled training graph. The neuron backend runs random ops as eager calls
 (Inductor's ``fallback_random``), and Inductor lowers ``bernoulli.p`` as
 ``bernoulli_`` on a clone of its input (``InplaceBernoulliFallback``, an in-place
 call the wrapper makes between two kernels). When the mask is also saved for

@@ -1,6 +1,9 @@
 // Which operators ran on the device, and which the host computed instead
 // (TorchNeuron's CPU fallbacks: the op ran on the CPU, its results were copied
-// to the device).
+// to the device): the linear-algebra decompositions TorchNeuron runs on the
+// host are recorded as fallbacks whoever notes them. Random ops are device
+// ops whose numbers the host draws: executed. The rules, and why:
+// docs/compatibility.md.
 // torch_neuronx.get_executed_ops() / get_fallback_ops() read these.
 #pragma once
 
@@ -16,11 +19,6 @@ void noteExecuted(const std::string& op_name);
 // Cheap form for hot paths: records the op unless `seen` already equals the
 // current generation (bumped by clearOpStats()).
 void noteExecutedOnce(const char* op_name, std::atomic<uint32_t>& seen);
-// Records an op the host computed outside device work: random ops, drawn on
-// the host so that they give the CPU's numbers (eager/random_op.h). Silent: a
-// model with dropout would otherwise warn on every run; the list is there to
-// be read, as TorchNeuron's is.
-void noteFallback(const std::string& op_name);
 
 // From now on, also records every operator the dispatcher sees called with
 // neuron tensors or the neuron device — composite ones (aten::full,

@@ -135,12 +135,8 @@ void runRandomOp(const c10::OperatorHandle& op, OpTraits& traits,
     c10::ParallelGuard serial(largest < kLargeDrawElements);
     op.callBoxed(cpu_stack);
   }
-  // The host computed it: TorchNeuron's CPU fallback (get_fallback_ops(),
-  // named with the overload as get_executed_ops() names ops).
-  const c10::OperatorName& name = schema.operator_name();
-  noteFallback(name.overload_name.empty()
-                   ? name.name
-                   : name.name + "." + name.overload_name);
+  // A device op whose numbers the host draws: executed, as TorchNeuron
+  // reports random ops (not a CPU fallback).
   if (!written.empty()) {
     auto copies = std::make_shared<AliasPlan>();
     for (auto& [dst, cpu] : written) {

@@ -5,17 +5,6 @@
 
 namespace torch_neuronx {
 
-at::Tensor dropoutOp(const at::Tensor& input, double p, bool train) {
-  TORCH_CHECK(p >= 0 && p <= 1,
-              "dropout probability has to be between 0 and 1, but got ", p);
-  if (p == 0 || !train || input.sym_numel() == 0) return input;
-  if (p == 1) return input.mul(at::zeros({}, input.options()));
-  at::Tensor noise = at::empty_like(input);
-  noise.bernoulli_(1 - p);
-  noise.div_(1 - p);
-  return input.mul(noise);
-}
-
 std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
                                                  double p,
                                                  std::optional<bool> train) {
@@ -28,9 +17,19 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input,
   if (input.numel() == 0)
     return {at::empty_like(input), at::empty_like(input, bool_opts)};
   const double keep = 1.0 - p;
-  at::Tensor mask = at::empty_like(input, bool_opts);
-  mask.bernoulli_(keep);
-  return {input.mul(mask).mul_(1.0 / keep), mask};
+  at::Tensor noise = at::empty_like(input);  // the CPU's draw, in its dtype
+  noise.bernoulli_(keep);
+  noise.div_(keep);
+  return {input.mul(noise), noise.ne(0)};
+}
+
+at::Tensor nativeDropoutBackward(const at::Tensor& grad_output,
+                                 const at::Tensor& mask, double scale) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool,
+              "Mask should be Bool Scalar Type", mask.scalar_type());
+  at::Tensor noise = mask.to(grad_output.scalar_type());
+  noise.div_(1.0 / scale);  // 1 - p: the CPU's noise, bit for bit
+  return grad_output.mul(noise);
 }
 
 }  // namespace torch_neuronx

@@ -54,6 +54,8 @@ constexpr char kCopyFrom[] = "aten::_copy_from";
 constexpr char kCopyFromAndResize[] = "aten::_copy_from_and_resize";
 constexpr char kLocalScalarDense[] = "aten::_local_scalar_dense";
 constexpr char kLinearBackward[] = "aten::linear_backward";
+constexpr char kNativeDropout[] = "aten::native_dropout";
+constexpr char kNativeDropoutBackward[] = "aten::native_dropout_backward";
 
 }  // namespace
 
@@ -70,9 +72,6 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type",
          TORCH_FN(hasCompatibleShallowCopyType));
-  // The CPU's dropout instead of the fused one (ops/dropout.h); also on the
-  // backend key below, for inference mode, where autograd keys are skipped.
-  m.impl("dropout", TORCH_FN(dropoutOp));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -116,9 +115,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Linear's gradients in one call (TorchNeuron and MPS have it).
   m.impl("linear_backward",
          TORCH_FN((Noted<kLinearBackward, &linearBackward>::call)));
-  // Random ops with no generator argument: they draw from the neuron one.
-  m.impl("dropout", TORCH_FN(dropoutOp));
-  m.impl("native_dropout", TORCH_FN(nativeDropout));
+  // Dropout's fused op, computing the CPU's numbers (ops/dropout.h).
+  m.impl("native_dropout",
+         TORCH_FN((Noted<kNativeDropout, &nativeDropout>::call)));
+  m.impl(
+      "native_dropout_backward",
+      TORCH_FN((Noted<kNativeDropoutBackward, &nativeDropoutBackward>::call)));
   // ATen's CPU layer-norm kernels straight into device memory.
 #if TORCH_NEURONX_HAS_CPU_STUBS
   m.impl("native_layer_norm", TORCH_FN(nativeLayerNorm));
