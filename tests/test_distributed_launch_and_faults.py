@@ -79,6 +79,18 @@ def test_killed_rank_makes_survivors_raise():
         assert took < 20 + 5, r.stdout  # within the group's timeout (+ a few seconds)
 
 
+def test_set_timeout_bounds_later_collectives():
+    # dist.set_timeout (TorchTitan calls it after its first step): applied, as gloo
+    # applies it, not ignored with a warning.
+    results = run_ranks(FAULTS, 2, timeout=120, args=("timeout",), grace=60)
+    assert results[1].returncode == 0 and "LATE" in results[1].stdout, results[1].stderr
+    out = results[0].stdout
+    assert results[0].returncode == 0 and "RAISED" in out, out + results[0].stderr
+    took = float(out.split("RAISED after ")[1].split("s")[0])
+    assert took < 3 + 5, out  # the new 3 s bound (+ a few seconds), not the group's 20 s
+    assert "does not support setting timeout" not in results[0].stderr
+
+
 def test_mismatched_ranks_all_raise_and_group_stays_usable():
     outs = check_all_ok(run_ranks(FAULTS, 2, timeout=120, args=("mismatch",)))
     for out in outs:

@@ -5,6 +5,11 @@ kill      the last rank SIGKILLs itself before the second all_reduce; the
 mismatch  ranks all_reduce tensors of different sizes: every rank raises, and
           the group still works afterwards.
 misuse    bad arguments are refused at the call, nothing is sent.
+timeout   every rank lowers the group's timeout with set_timeout (torch 2.14's
+          dist.set_timeout; on 2.13 ProcessGroup.set_timeout, which it calls), then
+          the last rank arrives
+          late at an all_reduce: the others raise within the new timeout, not
+          the group's 20 s.
 """
 
 import os
@@ -93,5 +98,24 @@ if mode == "misuse":
     dist.all_reduce(t)
     assert t.cpu().tolist() == [float(world)] * 3
     print("USABLE")
+
+if mode == "timeout":
+    set_timeout = getattr(dist, "set_timeout", None) or dist.group.WORLD.set_timeout
+    set_timeout(timedelta(seconds=3))
+    dist.all_reduce(t)  # still usable with the new bound
+    torch.neuron.synchronize()
+    if rank == world - 1:
+        time.sleep(12)
+        print("LATE")
+        os._exit(0)  # the others have given up on this rank
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        torch.neuron.synchronize()
+    except dist.DistBackendError as e:
+        print(f"RAISED after {time.monotonic() - start:.1f}s: {str(e).splitlines()[0][:300]}")
+        os._exit(0)
+    print("NO ERROR")
+    sys.exit(1)
 
 dist.destroy_process_group()

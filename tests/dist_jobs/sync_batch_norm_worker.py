@@ -76,8 +76,9 @@ def run(dtype, sizes, tol):
         got, want = getattr(model, n), getattr(ref, n)
         expect_close(f"{name} {n}.running_mean", got.running_mean, want.running_mean, **tol)
         expect_close(f"{name} {n}.running_var", got.running_var, want.running_var, **tol)
-        expect_close(f"{name} {n}.num_batches_tracked", got.num_batches_tracked,
-                     want.num_batches_tracked)
+        expect_close(
+            f"{name} {n}.num_batches_tracked", got.num_batches_tracked, want.num_batches_tracked
+        )
     model.eval()
     ref.eval()
     x, _ = batch(99, [4] * world)

@@ -100,14 +100,14 @@ std::unique_ptr<Communicator> Communicator::create(const std::string& name,
   c->name_ = name;
   c->rank_ = rank;
   c->world_ = world_size;
-  c->timeout_ = options.timeout;
+  c->setTimeout(options.timeout);
   c->join(options);
   return c;
 }
 
 void Communicator::join(const CommOptions& options) {
   op_name_ = "create";
-  deadline_ = Clock::now() + timeout_;
+  deadline_ = Clock::now() + timeout();
   const std::string shm = ShmSegment::shmName(name_);
   if (rank_ == 0)
     createSegment(shm, options);
@@ -153,11 +153,7 @@ void Communicator::openSegment(const std::string& shm) {
       throw CollectiveError(
           FailureKind::kTimeout,
           "neuron collectives: rank " + std::to_string(rank_) +
-              " timed out after " +
-              std::to_string(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(
-                      timeout_)
-                      .count()) +
+              " timed out after " + std::to_string(timeout().count()) +
               " ms waiting for rank 0 to create communicator '" + name_ +
               "' (shared memory " + shm + ")",
           {0});

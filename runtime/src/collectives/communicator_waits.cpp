@@ -32,7 +32,7 @@ void Communicator::beginOp(const char* what) {
     throwAborted();
   }
   op_name_ = what;
-  deadline_ = Clock::now() + timeout_;
+  deadline_ = Clock::now() + timeout();
 }
 
 void Communicator::fail(FailureKind kind, const std::string& message,
@@ -137,10 +137,20 @@ void Communicator::failPeersGone(const std::vector<int>& gone,
        gone);
 }
 
+void Communicator::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count(),
+      std::memory_order_relaxed);
+}
+
+std::chrono::milliseconds Communicator::timeout() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(timeout_ns_.load(std::memory_order_relaxed)));
+}
+
 void Communicator::failTimeout(const std::vector<int>& missing,
                                const char* verb) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(timeout_);
+  const auto ms = timeout();
   fail(FailureKind::kTimeout,
        std::string(op_name_) + " on rank " + std::to_string(rank_) + " of " +
            std::to_string(world_) + " (communicator '" + name_ +

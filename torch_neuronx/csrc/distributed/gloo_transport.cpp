@@ -208,6 +208,9 @@ class GlooTransport final : public Transport {
 
   const char* kind() const override { return "gloo"; }
   void abort(const std::string&) override { gloo_->abort(); }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    gloo_->setTimeout(timeout);
+  }
 
  private:
   void run(at::Tensor& t, c10d::ReduceOp op) {

@@ -141,6 +141,11 @@ class HierarchicalTransport final : public Transport {
   }
 
   const char* kind() const override { return "hierarchical"; }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    if (local_) local_->setTimeout(timeout);
+    if (leaders_) leaders_->setTimeout(timeout);
+    all_->setTimeout(timeout);
+  }
   void abort(const std::string& reason) override {
     if (local_) local_->abort(reason);
     if (leaders_) leaders_->abort(reason);

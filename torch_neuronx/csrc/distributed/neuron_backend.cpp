@@ -248,6 +248,14 @@ void NeuronBackend::drain() {
   }
 }
 
+void NeuronBackend::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(timeout.count() > 0,
+              "neuron: set_timeout needs a positive timeout, got ",
+              timeout.count(), " ms");
+  timeout_ = timeout;
+  transport_->setTimeout(timeout);
+}
+
 c10::intrusive_ptr<c10d::Backend::Options> NeuronBackend::getBackendOptions() {
   auto opts = c10::make_intrusive<NeuronBackendOptions>(timeout_);
   opts->group_name = group_name_;

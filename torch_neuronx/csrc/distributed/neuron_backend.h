@@ -102,6 +102,9 @@ class NeuronBackend final : public c10d::Backend {
   // them (torch 2.14 asks every backend it splits; 2.13 only when the caller
   // gave none). A fresh object each call: split() may change what it gets.
   c10::intrusive_ptr<Options> getBackendOptions() override;
+  // dist.set_timeout (torch 2.14; TorchTitan calls it after the first step):
+  // the bound on every later collective of this group, as gloo applies it.
+  void setTimeout(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10d::Backend> split(
       const c10::intrusive_ptr<c10d::Store>& store,
       const std::vector<int>& ranks,

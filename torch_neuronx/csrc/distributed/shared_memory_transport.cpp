@@ -53,6 +53,9 @@ class SharedMemoryTransport final : public Transport {
   void barrier() override { c_->barrier(); }
   const char* kind() const override { return "shared_memory"; }
   void abort(const std::string& reason) override { c_->abort(reason); }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    c_->setTimeout(timeout);
+  }
 
  private:
   std::unique_ptr<coll::Communicator> c_;

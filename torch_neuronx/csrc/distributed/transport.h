@@ -9,6 +9,7 @@
 
 #include <neuron_runtime/collectives/communicator.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -53,6 +54,8 @@ class Transport {
   virtual void exchange(const std::vector<P2POp>& ops) = 0;
   virtual void barrier() = 0;
   virtual void abort(const std::string& reason) = 0;
+  // The bound on each later collective (dist.set_timeout).
+  virtual void setTimeout(std::chrono::milliseconds timeout) = 0;
   // "shared_memory", "gloo" or "hierarchical" (shown to Python).
   virtual const char* kind() const = 0;
 };

@@ -163,6 +163,11 @@ class Communicator {
   // kPeerDied or kTimeout with the same ranks).
   // Safe from any thread, including while a call on this one is blocked.
   void abort(const std::string& reason = "abort() called");
+
+  // The bound on each later call (torch.distributed's set_timeout). Safe from
+  // any thread: a call already waiting keeps the deadline it started with.
+  void setTimeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const;
   bool aborted() const;
 
   // See ShmSegment::cleanupStale().
@@ -263,7 +268,8 @@ class Communicator {
   size_t staging_buffer_bytes_ = 0;  // 2 * chunk_bytes_
   size_t p2p_bytes_ = 0;
   size_t small_bytes_ = 0;
-  std::chrono::nanoseconds timeout_{};
+  // Nanoseconds; atomic: set from the host, read by the stream's worker.
+  std::atomic<int64_t> timeout_ns_{0};
   std::chrono::nanoseconds spin_{};
   // State of the current call (one thread at a time).
   uint64_t epoch_ = 0;   // barriers passed
