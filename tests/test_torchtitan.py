@@ -183,3 +183,46 @@ def test_moe_with_expert_parallelism(assets):
     losses = train(assets, "neuron", *ep, nproc=2)
     assert losses == pytest.approx(cpu, rel=1e-5)
     assert losses[-1] < losses[0]
+
+
+# A module shaped like TorchTitan 0.3's torchtitan/distributed/minimal_async_ep/
+# kernels.py (written here: Triton kernels with do_not_specialize, launch-grid
+# helpers), in a package of its own ahead of the installed TorchTitan.
+_ASYNC_EP_KERNELS = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["rank"])
+def _route_kernel(src, dst, rank, BLOCK: tl.constexpr):
+    pass
+
+
+@triton.jit
+def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    pass
+
+
+def grid(rows, cols):
+    return (triton.cdiv(rows, 4), triton.next_power_of_2(cols))
+"""
+
+
+def test_torchtitan_0_3_async_ep_kernels_import_without_triton(tmp_path):
+    pkg = tmp_path / "torchtitan" / "distributed" / "minimal_async_ep"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (pkg / "kernels.py").write_text(_ASYNC_EP_KERNELS)
+    code = (
+        "import sys, importlib.util, torch, torch_neuronx\n"
+        "assert importlib.util.find_spec('triton') is None, 'this test needs no Triton'\n"
+        "import torchtitan.distributed.minimal_async_ep.kernels as k\n"
+        "assert k.grid(10, 5) == (3, 8), k.grid(10, 5)\n"
+        "assert 'triton' not in sys.modules  # torch still sees no Triton\n"
+        "print('IMPORTED')\n"
+    )
+    env = clean_env(PYTHONPATH=str(tmp_path))
+    out, err = run_bounded([sys.executable, "-c", code], env=env, timeout=120, what="the import")
+    assert "IMPORTED" in out, err[-3000:]

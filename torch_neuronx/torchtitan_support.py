@@ -1,18 +1,21 @@
 """TorchTitan on ``neuron`` with a torch that has no Triton: a compatibility shim.
 
-TorchTitan (0.2.x) imports ``triton`` unconditionally in one module,
-``torchtitan/models/moe/kernels.py`` (a Triton kernel that builds the MoE token
-permutation on CUDA, beside a CPU implementation), and every model imports it: on
-PyPI's CPU torch, and on any machine without Triton, ``import torchtitan.train``
-fails with ``ModuleNotFoundError: No module named 'triton'``. Installing Triton
+TorchTitan imports ``triton`` unconditionally in one module every model imports —
+0.2.x in ``torchtitan/models/moe/kernels.py`` (a Triton kernel that builds the MoE
+token permutation on CUDA, beside a CPU implementation), 0.3.x in
+``torchtitan/distributed/minimal_async_ep/kernels.py`` (the CUDA kernels of its
+asynchronous expert parallelism): on PyPI's CPU torch, and on any machine without
+Triton, ``import torchtitan.train`` fails with ``ModuleNotFoundError: No module
+named 'triton'``. Installing Triton
 (~1 GB) would change what torch itself does wherever it checks for Triton.
 
-The shim gives that one module a stand-in ``triton`` of its own — bound in the
+The shim gives those modules a stand-in ``triton`` of their own — bound in the
 module's import machinery only, never in ``sys.modules``, so torch keeps seeing no
 Triton — in which ``triton.jit`` returns the function and ``triton.language``
-holds the names the module reads when it is defined. The permutation then takes
-TorchTitan's CPU implementation on neuron (its ``use_cpu`` path; the Triton
-kernel is CUDA's). Nothing changes where Triton is installed.
+holds the names the modules read when they are defined. The 0.2.x permutation
+then takes TorchTitan's CPU implementation on neuron (its ``use_cpu`` path; the
+Triton kernel is CUDA's); 0.3.x's kernels are called only on CUDA tensors. Nothing
+changes where Triton is installed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ import sys
 import types
 from typing import Any
 
-_MODULE = "torchtitan.models.moe.kernels"
+# Module -> what to adjust once it is loaded.
+_MODULES = {
+    "torchtitan.models.moe.kernels": lambda m: _use_cpu_permutation_off_cuda(m),
+    "torchtitan.distributed.minimal_async_ep.kernels": lambda m: None,
+}
 
 
 def _triton_stand_in() -> tuple[types.ModuleType, types.ModuleType]:
@@ -34,7 +41,10 @@ def _triton_stand_in() -> tuple[types.ModuleType, types.ModuleType]:
     def jit(fn=None, **_kwargs):
         return fn if fn is not None else (lambda f: f)
 
-    triton.jit = jit
+    triton.jit = jit  # also @triton.jit(do_not_specialize=[...])
+    # Launch-grid helpers (only CUDA code paths call them).
+    triton.cdiv = lambda a, b: -(-a // b)
+    triton.next_power_of_2 = lambda n: 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
     language.constexpr = object  # an annotation of the kernel's parameters
     triton.language = language
     return triton, language
@@ -61,7 +71,7 @@ class _StandInLoader(importlib.abc.Loader):
 
         module.__dict__["__builtins__"] = {**builtins.__dict__, "__import__": import_}
         exec(self.loader.get_code(module.__name__), module.__dict__)
-        _use_cpu_permutation_off_cuda(module)
+        _MODULES[module.__name__](module)
 
 
 def _use_cpu_permutation_off_cuda(kernels: types.ModuleType) -> None:
@@ -76,7 +86,7 @@ def _use_cpu_permutation_off_cuda(kernels: types.ModuleType) -> None:
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None):
-        if fullname != _MODULE or importlib.util.find_spec("triton") is not None:
+        if fullname not in _MODULES or importlib.util.find_spec("triton") is not None:
             return None
         for finder in sys.meta_path:  # the finders after this one
             if finder is self or not hasattr(finder, "find_spec"):
