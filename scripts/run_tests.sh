@@ -18,6 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The suites use no third-party pytest plugin: those other packages install into
+# the same environment (the machine's image brings five; another test suite run
+# beside this one may add its own) must not change what runs here.
+export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 echo "== ctest (runtime)"
 ctest --test-dir build/runtime --output-on-failure
 echo "== ctest (backend and its C++ API, against libtorch)"

@@ -1,6 +1,7 @@
-"""Helpers shared by the feature tests (fixtures, nothing autouse; two hooks: one
+"""Helpers shared by the feature tests (fixtures, nothing autouse; three hooks: one
 freezes what collection left alive for the garbage collector, one reports what
-adaptive eager did when the session ran with it on).
+adaptive eager did when the session ran with it on, one fails a test that leaves a
+torch function or dispatch mode active).
 
 ``run_py`` runs Python code in a fresh interpreter (for environment variables and
 import-time behaviour); ``busy`` queues a long chain of device work on the current
@@ -29,6 +30,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # longer walks it: torch.neuron.graph() runs one before every capture, as
     # torch.cuda.graph does, and tests run more; each took ~1 s on this heap.
     gc.freeze()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    # A torch function or dispatch mode left active by one test intercepts every
+    # later op of the session: under vmap a mode that looks at a tensor's storage
+    # meets batched tensors ("Cannot access storage of BatchedTensorImpl", the
+    # error a fresh machine's run showed in test_flex_attention.py, issue 43), and
+    # nothing names the test that left it. Popped here, and that test fails.
+    before = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+    try:
+        return (yield)
+    finally:
+        leaked = []
+        while torch._C._len_torch_function_stack() > before[0]:
+            leaked.append(type(torch._C._pop_torch_function_stack()).__name__)
+        while torch._C._len_torch_dispatch_stack() > before[1]:
+            leaked.append(type(torch._C._pop_torch_dispatch_stack()).__name__)
+        if leaked:
+            raise AssertionError(f"{item.nodeid} left torch modes active: {leaked}")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
