@@ -27,6 +27,10 @@ at::Tensor nativeDropoutBackward(const at::Tensor& grad_output,
                                  const at::Tensor& mask, double scale) {
   TORCH_CHECK(mask.scalar_type() == at::kBool,
               "Mask should be Bool Scalar Type", mask.scalar_type());
+  // Not a dropout's gradient (an integer grad called directly): the CPU
+  // kernel's formula, and its result type.
+  if (!at::isFloatingType(grad_output.scalar_type()))
+    return grad_output.mul(mask).mul(scale);
   at::Tensor noise = mask.to(grad_output.scalar_type());
   noise.div_(1.0 / scale);  // 1 - p: the CPU's noise, bit for bit
   return grad_output.mul(noise);
