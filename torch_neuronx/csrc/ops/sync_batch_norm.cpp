@@ -161,10 +161,13 @@ std::tuple<at::Tensor, at::Tensor> batchNormGatherStatsWithCounts(
         const at::Tensor biased = m2 / total;
         t[5].copy_(global);
         t[6].copy_((biased + eps).rsqrt());
+        // Running statistics updated in the statistics' type, rounded once
+        // (a bfloat16 model's buffers), as CUDA's kernel does.
         if (t[3].defined())
-          t[3].copy_(t[3] * (1 - momentum) + global * momentum);
+          t[3].copy_(t[3].to(type) * (1 - momentum) + global * momentum);
         if (t[4].defined())
-          t[4].copy_(t[4] * (1 - momentum) + m2 / (total - 1) * momentum);
+          t[4].copy_(t[4].to(type) * (1 - momentum) +
+                     m2 / (total - 1) * momentum);
       });
   return {save_mean, save_invstd};
 }
