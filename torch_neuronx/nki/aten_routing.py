@@ -181,7 +181,9 @@ def _logsumexp(q, k, attn_bias, is_causal, scale):
         L, S = scores.shape[-2:]
         keep = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~keep, float("-inf"))
-    if attn_bias is not None:
+    if attn_bias is not None and attn_bias.dtype == torch.bool:  # True: attend
+        scores = scores.masked_fill(~attn_bias, float("-inf"))
+    elif attn_bias is not None:
         scores = scores + attn_bias.float()
     lse = torch.logsumexp(scores, -1)
     return lse if q.dim() == 4 else lse.unsqueeze(0)
