@@ -85,6 +85,25 @@ def _laid_out_like(t, ref):
     return out
 
 
+def _forward_results(q, k, o, lse, seed=None, offset=None):
+    """The overrideable op's nine results as its meta kernel has them (compiled
+    graphs check): the output in the query's layout, no variable-length offsets,
+    0-d seed and offset (zeros without dropout)."""
+    empty_i = torch.empty(0, dtype=torch.int64, device=q.device)
+    if seed is None:  # two tensors: results never alias each other
+        seed, offset = (torch.zeros((), dtype=torch.int64, device=q.device) for _ in range(2))
+    empty = torch.empty(0, device=q.device)
+    L, S = q.size(-2), k.size(-2)
+    return (_laid_out_like(o, q), lse, empty_i, empty_i, L, S, seed, offset, empty)
+
+
+def _backward_results(q, k, v, dq, dk, dv, dbias=None):
+    """The gradients in their inputs' layouts; no mask gradient: an empty tensor."""
+    if dbias is None:
+        dbias = torch.empty(0, device=q.device)
+    return _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v), dbias
+
+
 def _sdpa_forward(
     q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
 ):
@@ -92,17 +111,10 @@ def _sdpa_forward(
         return _overrideable_forward(q, k, v, attn_bias, dropout_p, is_causal, scale)
     from . import kernels
 
-    B, H, S, D = q.shape
+    B, H, _, D = q.shape
     scale = scale if scale is not None else 1.0 / math.sqrt(D)
     o, lse = kernels.flash_attention_fwd[B, H](q, k, v, softmax_scale=scale, causal=is_causal)
-    o = _laid_out_like(o, q)
-    # The rest as the meta kernel has them (compiled graphs check): no
-    # variable-length offsets, 0-d seed and offset (no dropout).
-    empty = torch.empty(0, device=q.device)
-    empty_i = torch.empty(0, dtype=torch.int64, device=q.device)
-    seed = torch.zeros((), dtype=torch.int64, device=q.device)
-    offset = torch.zeros((), dtype=torch.int64, device=q.device)
-    return (o, lse, empty_i, empty_i, S, k.shape[2], seed, offset, empty)
+    return _forward_results(q, k, o, lse)
 
 
 def _sdpa_backward(
@@ -137,8 +149,7 @@ def _sdpa_backward(
     dq, dk, dv = kernels.flash_attention_bwd[B, k.shape[1]](
         q, k, v, out, grad_out, logsumexp, softmax_scale=scale, causal=is_causal
     )
-    dq, dk, dv = _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v)
-    return dq, dk, dv, torch.empty(0, device=q.device)
+    return _backward_results(q, k, v, dq, dk, dv)
 
 
 # The overrideable backend for what the NKI kernels do not take (the default, as
@@ -190,24 +201,19 @@ def _logsumexp(q, k, attn_bias, is_causal, scale):
 
 
 def _overrideable_forward(q, k, v, attn_bias, dropout_p, is_causal, scale):
-    L, S = q.size(-2), k.size(-2)
-    empty_i = torch.empty(0, dtype=torch.int64, device=q.device)
-    empty = torch.empty(0, device=q.device)
     if _fused_kernel_fits(q, k, v, attn_bias, dropout_p):
         o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, is_causal, scale=scale
         )
-        zero = torch.zeros((), dtype=torch.int64, device=q.device)
         # The CPU kernel lays the log-sum-exp out [B, L, H]; the op's meta kernel
         # (and compiled graphs) have it contiguous [B, H, L].
-        lse = lse.contiguous()
-        return (_laid_out_like(o, q), lse, empty_i, empty_i, L, S, zero, zero, empty)
+        return _forward_results(q, k, o, lse.contiguous())
     state = torch.neuron.get_rng_state(q.device).view(torch.int64)  # before the draw
     with torch.no_grad():
         o = _math(q, k, v, attn_bias, dropout_p, is_causal, scale)
         lse = _logsumexp(q, k, attn_bias, is_causal, scale)
     seed, offset = (state[i].to(q.device) for i in range(2))
-    return (_laid_out_like(o.contiguous(), q), lse, empty_i, empty_i, L, S, seed, offset, empty)
+    return _forward_results(q, k, o, lse, seed, offset)
 
 
 def _autograd_reenabled():
@@ -234,10 +240,7 @@ def _overrideable_backward(
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad_out, q, k, v, out, lse, 0.0, is_causal, scale=scale
         )
-        return (
-            _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v),
-            torch.empty(0, device=q.device),
-        )  # fmt: skip
+        return _backward_results(q, k, v, dq, dk, dv)
     inputs = [t.detach().requires_grad_() for t in (q, k, v)]
     bias = None
     if attn_bias is not None:
@@ -253,14 +256,12 @@ def _overrideable_backward(
             grads = torch.autograd.grad(o, wrt, grad_out)
     finally:
         torch.neuron.set_rng_state(current, q.device)
-    dq, dk, dv = grads[:3]
-    if bias is None:
-        dbias = torch.empty(0, device=q.device)
-    elif len(grads) > 3:  # summed over the dims the mask was broadcast along
+    dbias = None
+    if len(grads) > 3:  # summed over the dims the mask was broadcast along
         dbias = grads[3]
-    else:
+    elif bias is not None:
         dbias = torch.zeros_like(attn_bias)
-    return _laid_out_like(dq, q), _laid_out_like(dk, k), _laid_out_like(dv, v), dbias
+    return _backward_results(q, k, v, *grads[:3], dbias)
 
 
 def _rms_fits(x, normalized_shape, weight) -> bool:

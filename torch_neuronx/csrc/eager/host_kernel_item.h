@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 
 #include "adaptive/item_signature.h"
 #include "core/stream.h"
@@ -29,6 +30,12 @@ inline at::Tensor opmath(const at::Tensor& t) {
   return t.defined() && at::isReducedFloatingType(t.scalar_type())
              ? t.to(at::kFloat)
              : t;
+}
+
+// An optional tensor argument as a host kernel's tensor list takes it:
+// undefined when absent.
+inline at::Tensor valueOr(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? *t : at::Tensor();
 }
 
 // One work item over `tensors`: its `inputs` first, then the outputs it

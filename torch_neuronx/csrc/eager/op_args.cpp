@@ -11,26 +11,26 @@
 namespace torch_neuronx {
 namespace {
 
-[[noreturn]] void mixedDevices(c10::Device a, c10::Device b) {
+// Torch's message; `detail` follows it.
+[[noreturn]] void mixedDevices(c10::Device a, c10::Device b,
+                               const std::string& detail = "") {
   TORCH_CHECK(false,
               "Expected all tensors to be on the same device, but found at "
               "least two devices, ",
-              a, " and ", b, "!");
+              a, " and ", b, "!", detail);
 }
 
 // Torch's message, then TorchNeuron's wording for a tensor of another
 // device type (code written for TorchNeuron looks for it).
 [[noreturn]] void otherDeviceType(c10::Device neuron, c10::Device other,
                                   const char* arg) {
-  const std::string type = c10::DeviceTypeName(other.type(), true);
-  TORCH_CHECK(false,
-              "Expected all tensors to be on the same device, but found at "
-              "least two devices, ",
-              neuron, " and ", other, "! (",
-              arg ? std::string("argument '") + arg + "'" : "a tensor",
-              " is on ", type,
-              " device, expected neuron; move it with "
-              ".to('neuron'), or pass a Python number or 0-dim CPU tensor)");
+  mixedDevices(neuron, other,
+               " (" +
+                   (arg ? std::string("argument '") + arg + "'"
+                        : std::string("a tensor")) +
+                   " is on " + c10::DeviceTypeName(other.type(), true) +
+                   " device, expected neuron; move it with .to('neuron'), or "
+                   "pass a Python number or 0-dim CPU tensor)");
 }
 
 }  // namespace

@@ -13,10 +13,6 @@ namespace {
 
 using Built = AliasPlan::Built;
 
-at::Tensor valueOr(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? *t : at::Tensor();
-}
-
 // The argument checks CUDA's fused cells make (sizes, matching biases,
 // one dtype), in our words.
 void checkGates(const char* op, const at::Tensor& input_gates,

@@ -14,10 +14,6 @@ namespace {
 
 using Built = AliasPlan::Built;
 
-at::Tensor valueOr(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? *t : at::Tensor();
-}
-
 // CUDA's accumulate type: double for double inputs, else float.
 c10::ScalarType statsType(const at::Tensor& input) {
   return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -34,6 +30,22 @@ void checkPerChannel(const char* op, const char* what, const at::Tensor& t,
   TORCH_CHECK(!t.defined() || (t.dim() == 1 && t.size(0) == channels), op,
               ": expected ", what, " of size [", channels, "], got ",
               t.sizes());
+}
+
+// The backward ops' common arguments: grad_out shaped like the input, the
+// per-channel statistics and weight. The channel count.
+int64_t checkBackward(const char* op, const at::Tensor& grad_out,
+                      const at::Tensor& input, const at::Tensor& mean,
+                      const at::Tensor& invstd, const at::Tensor& weight) {
+  checkInput(op, input);
+  TORCH_CHECK(grad_out.sizes() == input.sizes(), op,
+              ": expected grad_out of size ", input.sizes(), ", got ",
+              grad_out.sizes());
+  const int64_t c = input.size(1);
+  checkPerChannel(op, "mean", mean, c);
+  checkPerChannel(op, "invstd", invstd, c);
+  checkPerChannel(op, "weight", weight, c);
+  return c;
 }
 
 // Every dim but the channel dim (1).
@@ -191,15 +203,9 @@ batchNormBackwardReduce(const at::Tensor& grad_out, const at::Tensor& input,
   static constexpr char kName[] = "aten::batch_norm_backward_reduce";
   static std::atomic<uint32_t> noted{0};
   AllocLabel label(kName);
-  checkInput("batch_norm_backward_reduce", input);
-  TORCH_CHECK(grad_out.sizes() == input.sizes(),
-              "batch_norm_backward_reduce: expected grad_out of size ",
-              input.sizes(), ", got ", grad_out.sizes());
-  const int64_t c = input.size(1);
   const at::Tensor weight = valueOr(weight_opt);
-  checkPerChannel("batch_norm_backward_reduce", "mean", mean, c);
-  checkPerChannel("batch_norm_backward_reduce", "invstd", invstd, c);
-  checkPerChannel("batch_norm_backward_reduce", "weight", weight, c);
+  const int64_t c = checkBackward("batch_norm_backward_reduce", grad_out, input,
+                                  mean, invstd, weight);
   const auto stats = mean.options();
   const auto param = weight.defined() ? weight.options() : stats;
   at::Tensor sum_dy, sum_dy_xmu, grad_weight, grad_bias;
@@ -237,19 +243,11 @@ at::Tensor batchNormBackwardElemt(
   static constexpr char kName[] = "aten::batch_norm_backward_elemt";
   static std::atomic<uint32_t> noted{0};
   AllocLabel label(kName);
-  checkInput("batch_norm_backward_elemt", input);
-  TORCH_CHECK(grad_out.sizes() == input.sizes(),
-              "batch_norm_backward_elemt: expected grad_out of size ",
-              input.sizes(), ", got ", grad_out.sizes());
-  const int64_t c = input.size(1);
   const at::Tensor weight = valueOr(weight_opt);
-  for (const auto& [what, t] :
-       {std::pair<const char*, const at::Tensor*>{"mean", &mean},
-        {"invstd", &invstd},
-        {"weight", &weight},
-        {"sum_dy", &sum_dy},
-        {"sum_dy_xmu", &sum_dy_xmu}})
-    checkPerChannel("batch_norm_backward_elemt", what, *t, c);
+  const int64_t c = checkBackward("batch_norm_backward_elemt", grad_out, input,
+                                  mean, invstd, weight);
+  checkPerChannel("batch_norm_backward_elemt", "sum_dy", sum_dy, c);
+  checkPerChannel("batch_norm_backward_elemt", "sum_dy_xmu", sum_dy_xmu, c);
   at::Tensor grad_input = emptyLikeInput(input);
   launchHostKernel(
       kName, noted, 8,
