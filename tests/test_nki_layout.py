@@ -20,7 +20,7 @@ import torch
 
 from torch_neuronx import _C
 from torch_neuronx.nki import dtypes as dt
-from torch_neuronx.nki import language, layout, tracer
+from torch_neuronx.nki import language, layout
 from torch_neuronx.nki.kernel import compiled_for
 
 OP_NAMES = {code: name for name, code in layout.OPS.items()}
@@ -137,7 +137,7 @@ def test_names_the_front_end_emits_are_the_runtimes():
     # Every opcode and engine the front end emits by name, every ALU
     # operation and activation it names: the runtime must know it.
     src = "\n".join(
-        p.read_text() for p in Path(tracer.__file__).parent.rglob("*.py") if p.name != "layout.py"
+        p.read_text() for p in Path(layout.__file__).parent.rglob("*.py") if p.name != "layout.py"
     )
     emitted = re.findall(r'emit\(\s*"(\w+)",\s*(?:"(\w+)")?', src)
     assert {op for op, _ in emitted} == set(layout.OPS)

@@ -4,7 +4,8 @@ the masks built from them.
 Every loop of a traced kernel is unrolled, so an index is affine in the
 positions of the tile it selects: ``base + sum(coef[a] * i[a])`` over the
 axes ``a`` of its (broadcast) shape. Comparisons of indices give predicates
-(``expr >= 0`` terms) used as masks.
+(``expr >= 0`` terms) used as masks; ``mask_box`` gives the positions of a
+tile a mask keeps.
 
 Each axis is also marked by whether the expression is built from the index
 variable of that axis (``nl.arange`` / an ``nl.mgrid`` component), whatever
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+
+from .trace_state import error
 
 
 class Expr:
@@ -377,3 +380,53 @@ def fit_to(term: Expr, shape: tuple) -> Expr:
                 continue
         raise IndexError(f"a mask of shape {term.shape} does not fit the tile {shape}")
     return term.broadcast_to(shape)
+
+
+def restrict(lo: list, hi: list, a: int, base: int, k: int) -> None:
+    """Narrows axis a's range lo[a]..hi[a] to the i with base + k*i >= 0
+    (k != 0; integer arithmetic: -(base // k) is ceil(-base / k))."""
+    if k > 0:
+        lo[a] = max(lo[a], -(base // k))
+    else:
+        hi[a] = min(hi[a], base // -k)
+
+
+def mask_box(mask, shape, loc):
+    """The positions of ``shape`` a mask keeps, as a box (lo, hi) per axis,
+    or None if it keeps none. Masks are conjunctions of one-axis bounds."""
+    lo = [0] * len(shape)
+    hi = [s - 1 for s in shape]
+    if mask is None:
+        return lo, hi
+    if isinstance(mask, Expr):
+        raise error("a mask must be a comparison of indices (e.g. i_p < n)", "mask", loc)
+    if not isinstance(mask, Pred):
+        if mask is True:
+            return lo, hi
+        raise error(
+            f"a mask must be a predicate over indices, not {type(mask).__name__}", "mask", loc
+        )
+    for t in mask.terms:
+        try:
+            e = fit_to(t, shape)
+        except IndexError:
+            raise error(
+                f"mask of shape {list(t.shape)} does not match the tile {list(shape)}", "mask", loc
+            ) from None
+        axes = [a for a, c in enumerate(e.coef) if c]
+        if not axes:
+            if e.base < 0:
+                return None
+            continue
+        if len(axes) > 1:
+            raise error(
+                "masks that couple two dimensions are not supported here; use nisa.affine_select",
+                "mask",
+                loc,
+            )
+        a = axes[0]
+        c = e.coef[a]
+        restrict(lo, hi, a, e.base, c)
+        if lo[a] > hi[a]:
+            return None
+    return lo, hi

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import language as nl
 from . import legacy_isa as _l
+from .dynamic_index import IndirectView
 from .indexing import Expr
 from .legacy_isa import (  # noqa: F401
     NkiValidationError,
@@ -27,7 +28,8 @@ from .legacy_isa import (  # noqa: F401
     unknown_engine,
     vector_engine,
 )
-from .tracer import PSUM, IndirectView, View, current, error, user_location
+from .trace_state import PSUM, current, error, user_location
+from .view import View
 
 
 def _into(dst, value) -> None:

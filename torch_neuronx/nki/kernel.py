@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtypes as dt
-from . import tracer as tr
+from . import trace_state
 from .errors import NKIError
 from .profile import KernelProfile, default_target
+from .trace import Trace
+from .trace_state import HBM, error
 from .typing import TensorSpec, is_mutable_annotation
+from .view import View
 
 
 @dataclass
@@ -223,12 +226,12 @@ def trace_kernel(
     names = list(bound.arguments)
     mutable = _param_mutability(fn, names)
     # Tiles' operators (`a + b`, `t[...] = v`) are the language's functions,
-    # which it hands to the tracer when it loads (tracer.use_language).
+    # which it hands to View when it loads (view.use_language).
     from . import language  # noqa: F401
 
-    t = tr.Trace(grid)
-    prev = getattr(tr._state, "trace", None)
-    tr._state.trace = t
+    t = Trace(grid)
+    prev = getattr(trace_state.state, "trace", None)
+    trace_state.state.trace = t
     try:
         views = {}
         arg_order = []
@@ -271,7 +274,7 @@ def trace_kernel(
                 next_ext += 1
         program = _build(t, next_ext)
     finally:
-        tr._state.trace = prev
+        trace_state.state.trace = prev
     return CompiledKernel(
         name=fn.__name__,
         program=program,
@@ -283,21 +286,21 @@ def trace_kernel(
     )
 
 
-def _result_structure(ret, t: tr.Trace, views, arg_order, outputs):
+def _result_structure(ret, t: Trace, views, arg_order, outputs):
     if ret is None:
         return None
-    if isinstance(ret, tr.View):
+    if isinstance(ret, View):
         b = ret.buf
         if b.kind == "input":
             return ("arg", arg_order.index(next(n for n, v in views.items() if v.buf is b)))
-        if b.space != tr.HBM:
-            raise tr.error(
+        if b.space != HBM:
+            raise error(
                 "a kernel returns tensors in HBM (allocate its results with "
                 "nl.ndarray(..., buffer=nl.shared_hbm)), not an on-chip tile",
                 "result",
             )
         if not ret.covers_buffer():
-            raise tr.error("a kernel returns whole tensors, not views of them", "result")
+            raise error("a kernel returns whole tensors, not views of them", "result")
         if b not in outputs:
             outputs.append(b)
         return ("out", outputs.index(b))
@@ -308,11 +311,11 @@ def _result_structure(ret, t: tr.Trace, views, arg_order, outputs):
     return ("const", ret)
 
 
-def _build(t: tr.Trace, externals: int):
+def _build(t: Trace, externals: int):
     bw = []
     for b in t.buffers:
         space = b.space
-        if space == tr.HBM:
+        if space == HBM:
             parts, per = 0, 0
         else:
             parts = b.shape[0]
@@ -339,7 +342,7 @@ def _build(t: tr.Trace, externals: int):
         raise _program_error(e, t) from None
 
 
-def _program_error(e, t: tr.Trace) -> NKIError:
+def _program_error(e, t: Trace) -> NKIError:
     msg = str(e)
     import re
 
@@ -444,7 +447,7 @@ def launch(
 ):
     """Runs the kernel; `outs`: tensors to write its results into (else new)."""
     # A kernel called from inside another kernel is inlined (sub-kernels).
-    if getattr(tr._state, "trace", None) is not None:
+    if getattr(trace_state.state, "trace", None) is not None:
         return kernel.fn(*args, **kwargs)
     ck = compiled_for(kernel, grid, args, kwargs, writable_args)
     kernel.last_profile = ck.profile()

@@ -2,7 +2,7 @@
 reductions, matmul helpers, loops and SPMD ids.
 
 Every function appends instructions to the kernel being traced (see
-tracer.py) and returns the tile it produced; arithmetic runs on the engine
+trace.py) and returns the tile it produced; arithmetic runs on the engine
 the NKI compiler would pick (Scalar for transcendental functions, Vector for
 ALU operations, Tensor for matmul/transpose, DMA for HBM traffic).
 """
@@ -16,8 +16,11 @@ import sys as _sys
 import numpy as np
 
 from . import dtypes as _dt
+from . import dynamic_index as _dynamic_index
+from . import indexing as _indexing
 from . import layout as _layout
-from . import tracer as _tr
+from . import trace_state as _tr
+from . import view as _view
 from .dtypes import (  # noqa: F401
     bfloat16,
     bool_,
@@ -36,7 +39,8 @@ from .dtypes import (  # noqa: F401
 from .errors import NKIError
 from .grid import SpmdDim, nc, spmd_dim  # noqa: F401
 from .indexing import DynSlice, Expr, Pred, arange, ds, mgrid  # noqa: F401
-from .tracer import HBM, PSUM, SBUF, View, current, error, user_location
+from .trace_state import HBM, PSUM, SBUF, current, error, user_location
+from .view import View
 
 float8_e4m3fn = float8_e4m3
 
@@ -289,7 +293,7 @@ def _emit(op, engine, dst: View, srcs=(), mask=None, loc=None, oob_skip=False, *
     destination's shape), restricted to the positions `mask` keeps."""
     loc = loc or user_location()
     shape = dst.shape
-    box = _tr.mask_box(mask, shape, loc)
+    box = _indexing.mask_box(mask, shape, loc)
     if box is None:
         return None
     if oob_skip:
@@ -344,7 +348,7 @@ def _is_scalar(x) -> bool:
 
 def _on_chip(x, what: str, loc) -> View:
     current()
-    if isinstance(x, _tr.IndirectView):
+    if isinstance(x, _dynamic_index.IndirectView):
         raise x.unsupported(f"{what} reading", loc)
     if not isinstance(x, View):
         raise error(f"{what} expects a tile, got {type(x).__name__}", "operand", loc)
@@ -826,7 +830,7 @@ def _reduce(
         into = None
     out_shape = kept_shape if keepdims else tuple(x.shape[d] for d in kept)
     out = into if into is not None else _new_tile(out_shape, dtype or x.dtype, loc)
-    box = _tr.mask_box(mask, x.shape, loc)
+    box = _indexing.mask_box(mask, x.shape, loc)
     if box is None:
         return out
     lo, hi = box
@@ -885,7 +889,7 @@ def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
     x = _on_chip(x, "nl.mean", loc)
     d = dtype or (x.dtype if x.dtype.is_float else float32)
     axes = _axes(axis, x.ndim, loc)
-    box = _tr.mask_box(mask, x.shape, loc)
+    box = _indexing.mask_box(mask, x.shape, loc)
     count = math.prod(box[1][a] - box[0][a] + 1 for a in axes) if box else 1
     s = _reduce(ALU["add"], x, axis, float32, mask, keepdims, loc=loc)
     out = _new_tile(s.shape, d, loc)
@@ -1118,5 +1122,5 @@ gather_flattened = _unsupported("gather_flattened")
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "np")]
 
 
-# View's tile operators are these functions (see tracer.use_language).
-_tr.use_language(_sys.modules[__name__])
+# View's tile operators are these functions (see view.use_language).
+_view.use_language(_sys.modules[__name__])

@@ -6,7 +6,7 @@ number in them (opcodes, engine ids, ALU and activation codes, flag bits,
 memory spaces, dtype codes and sizes, the word order of a record, the
 NeuronCore's limits) comes from here, read from the ``_C`` binding, so the
 Python side restates none of them. tests/test_nki_layout.py checks what is
-still written by hand on this side (the order ``tracer.emit`` and
+still written by hand on this side (the order ``trace.Trace.emit`` and
 ``kernel._build`` write words in) against what the simulator reads back.
 """
 

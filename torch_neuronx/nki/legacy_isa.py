@@ -10,11 +10,14 @@ from __future__ import annotations
 import enum
 
 from . import dtypes as _dt
+from . import dynamic_index as _dynamic_index
+from . import indexing as _indexing
 from . import language as nl
-from . import tracer as _tr
+from . import trace_state as _tr
 from .errors import NKIError
 from .indexing import Expr, Pred
-from .tracer import PSUM, View, current, error, user_location
+from .trace_state import PSUM, current, error, user_location
+from .view import View
 
 
 class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
@@ -338,7 +341,7 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs) -> Vie
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> View:
     loc = user_location()
-    if isinstance(src, _tr.IndirectView):
+    if isinstance(src, _dynamic_index.IndirectView):
         return _gather(src, dtype, mask, engine, loc)
     x = nl._on_chip(src, "tensor_copy", loc)
     out = nl._new_tile(x.shape, dtype or x.dtype, loc)
@@ -489,7 +492,7 @@ def select(predicate, on_true, on_false, *, mask=None, dtype=None, **kwargs) -> 
 def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> View:
     loc = user_location()
     x = nl._flatten_free(nl._on_chip(data, "bn_stats", loc), loc)
-    box = _tr.mask_box(mask, x.shape, loc)
+    box = _indexing.mask_box(mask, x.shape, loc)
     if box is None:
         raise error("the mask of bn_stats keeps no element", "mask", loc)
     x = x.sub(*box)

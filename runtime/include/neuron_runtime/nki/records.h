@@ -73,7 +73,7 @@ constexpr int kAccessFields = 5;
 extern const AccessField kAccessFieldLayout[kAccessFields];
 
 // The front end's names of the codes in the records.
-const char* opRecordName(Op op);  // as tracer.py emits it ("matmul")
+const char* opRecordName(Op op);  // as nki/language.py emits it ("matmul")
 const char* aluName(Alu a);       // NKI's names ("maximum", "fmod")
 const char* actName(Act f);       // NKI's names ("gelu_apprx_tanh")
 const char* spaceName(Space s);   // "hbm", "sbuf", "psum"

@@ -1,0 +1,283 @@
+"""Tracing an NKI kernel into a tile program: ``Trace``, the program being
+recorded, and the words of its instruction records.
+
+The kernel runs once per (argument shapes, dtypes, grid, constants) with every
+loop unrolled: each ``nl``/``nisa`` call appends instructions over affine
+access patterns of buffers (kernel arguments and results in HBM, tiles in
+SBUF and PSUM). The records go to the C++ simulator (``runtime/nki``) as flat
+integer arrays; it checks the whole program, plans its memory, estimates its
+cost and runs it.
+
+Everything a single call can check (shapes, partition and matmul limits,
+dtype rules, bounds, writes to immutable inputs) is checked in the front end,
+at the call, so that the error names the kernel line that made it.
+
+The rest of the front end's tracing: trace_state.py (the trace being
+recorded, errors at the kernel's line, buffers, the NeuronCore's constants),
+view.py (the tensors a kernel handles), view_indexing.py and dynamic_index.py
+(indexing them), indexing.py (index expressions and masks).
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import dtypes as dt
+from . import layout
+
+# Imported for what it does when it loads: it hands View its indexing (see
+# view.py), before any view of a trace is indexed.
+from . import view_indexing as _view_indexing  # noqa: F401
+from .dynamic_index import dynamic_dma
+from .indexing import Expr
+from .trace_state import (
+    ENGINE,
+    FLAG_ACCUMULATE,
+    HBM,
+    MAX_DIMS,
+    OP,
+    PMAX,
+    PSUM,
+    PSUM_BYTES_PER_PARTITION,
+    SBUF,
+    SBUF_BYTES_PER_PARTITION,
+    SPACE_NAMES,
+    Buf,
+    error,
+    user_location,
+)
+from .view import View
+
+
+class Trace:
+    """The tile program being recorded."""
+
+    def __init__(self, grid: tuple):
+        self.buffers: list[Buf] = []
+        self.words: list[int] = []
+        self.imms: list[float] = []
+        self.instr_locs: list[int] = []
+        self.locs: list[tuple] = []
+        self._loc_ids: dict = {}
+        self.externals = 0
+        self.grid = grid
+        self.program_id: tuple = (0,) * len(grid)
+        self.shared: dict = {}  # shared_hbm allocations, by allocation order
+        self.shared_counter = 0
+        self.ninstr = 0
+        self.prints: list = []  # nl.device_print: (prefix, constant, buffer)
+        self.matmul_written: set = set()  # PSUM regions a matmul wrote (accumulate=None)
+
+    # Locations -------------------------------------------------------
+    def loc_id(self, loc) -> int:
+        i = self._loc_ids.get(loc)
+        if i is None:
+            i = len(self.locs)
+            self.locs.append(loc)
+            self._loc_ids[loc] = i
+        return i
+
+    # Buffers ---------------------------------------------------------
+    def new_buffer(self, space, dtype, shape, name="", loc=None, **kw) -> Buf:
+        dtype = dt.as_dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        loc = loc or user_location()
+        if any(s < 0 for s in shape):
+            raise error(f"negative dimension in shape {shape}", "shape", loc)
+        if space in (SBUF, PSUM):
+            if len(shape) < 1:
+                raise error("an on-chip tile needs a partition dimension", "shape", loc)
+            if shape[0] > PMAX:
+                raise error(
+                    f"partition dimension {shape[0]} of tile {list(shape)} exceeds the "
+                    f"{PMAX} partitions of {SPACE_NAMES[space].upper()} (the first dimension "
+                    "of a tile is its partition dimension)",
+                    "partition-dim",
+                    loc,
+                )
+            per_partition = math.prod(shape[1:]) * dtype.itemsize
+            limit = SBUF_BYTES_PER_PARTITION if space == SBUF else PSUM_BYTES_PER_PARTITION
+            if per_partition > limit:
+                raise error(
+                    f"tile {list(shape)} {dtype.name} needs {per_partition} bytes per partition; "
+                    f"{SPACE_NAMES[space].upper()} has {limit} per partition",
+                    "sbuf-capacity" if space == SBUF else "psum-capacity",
+                    loc,
+                )
+        b = Buf(len(self.buffers), space, dtype, shape, name, self.loc_id(loc), **kw)
+        self.buffers.append(b)
+        return b
+
+    def argument(self, dtype, shape, strides, name, mutable) -> View:
+        b = self.new_buffer(
+            HBM,
+            dtype,
+            shape,
+            name,
+            loc=("<argument>", 0, name),
+            external=self.externals,
+            initialized=True,
+            mutable=mutable,
+            kind="input",
+        )
+        self.externals += 1
+        # An argument's memory may be a strided view: its "elements" are the
+        # span its strides reach.
+        span = 1 + sum((s - 1) * st for s, st in zip(shape, strides, strict=False) if s > 0)
+        b.shape = (max(span, 0),) if shape and all(s > 0 for s in shape) else (0,)
+        return View(b, 0, tuple(shape), tuple(strides))
+
+    # Instructions ----------------------------------------------------
+    def emit(
+        self,
+        op: str,
+        engine: str,
+        dst,
+        srcs=(),
+        *,
+        alu0=0,
+        alu1=0,
+        act=0,
+        flags=0,
+        keep=0,
+        imm=(0.0, 0.0, 0.0, 0.0),
+        loc=None,
+        oob_skip=False,
+    ) -> int:
+        loc = loc or user_location()
+        for v in (dst, *srcs):
+            if isinstance(v, View) and v.buf.pending_zero is not None:
+                self.flush_zero(v.buf)
+        if op != "dma_dynamic" and any(
+            isinstance(v, View) and v.dyn is not None for v in (dst, *srcs)
+        ):
+            # A DMA with a run-time index: the simulator's dynamic DMA.
+            srcs, flags, keep, imm = dynamic_dma(op, engine, dst, srcs, flags, oob_skip, loc)
+            return self.emit(
+                "dma_dynamic", "dma", dst, srcs, flags=flags, keep=keep, imm=imm, loc=loc
+            )
+        words = [OP[op], ENGINE[engine], alu0, alu1, act, flags, self.loc_id(loc), keep]
+        words += access_words(dst, loc)
+        srcs = list(srcs) + [None] * (3 - len(srcs))
+        for s in srcs:
+            words += access_words(s, loc)
+            if isinstance(s, View):
+                s.buf.consumed = True
+        self.words += words
+        imm = list(imm) + [0.0] * (layout.IMMEDIATES - len(imm))
+        self.imms += [float(x) for x in imm[: layout.IMMEDIATES]]
+        self.instr_locs.append(self.loc_id(loc))
+        idx = self.ninstr
+        self.ninstr += 1
+        if isinstance(dst, View):
+            if dst.buf.kind == "input" and not dst.buf.mutable:
+                raise error(
+                    f"writes to the kernel input '{dst.buf.name}', which is not declared "
+                    "mutable (annotate the parameter as nt.mutable_tensor, or return a new "
+                    "tensor)",
+                    "immutable-input",
+                    loc,
+                )
+            dst.buf.producer = idx if dst.covers_buffer() else -1
+            dst.buf.consumed = False
+        return idx
+
+    # An instruction record: HEADER words (emit() writes them in
+    # layout.INSTRUCTION_FIELDS order), then dst and the three sources,
+    # ACCESS words each.
+    HEADER = len(layout.INSTRUCTION_FIELDS)
+    ACCESS = layout.ACCESS_WORDS
+    _OP_WORD = layout.INSTRUCTION_FIELDS.index("op")
+    _FLAGS_WORD = layout.INSTRUCTION_FIELDS.index("flags")
+
+    def flush_zero(self, buf: Buf) -> None:
+        """Emits the deferred zeroing of a PSUM tile (something else reads
+        or writes it first)."""
+        loc = buf.pending_zero
+        buf.pending_zero = None
+        self.emit("memset", "vector", View.contiguous(buf), (), imm=(0.0,), loc=loc)
+
+    def retarget_last(self, value: View, target: View, accumulate: bool = False) -> bool:
+        """Makes the last instruction (which wrote `value`'s whole buffer,
+        unread since) write `target` instead: ``t[...] = nl.add(a, b)`` and
+        ``psum[...] += nl.matmul(a, b)`` become one instruction, as the NKI
+        compiler emits them. `value` becomes a view of `target`."""
+        b = value.buf
+        idx = self.ninstr - 1
+        if b.producer != idx or b.consumed or idx < 0:
+            return False
+        if value.shape != target.shape or not value.covers_buffer():
+            return False
+        base = idx * layout.INSTRUCTION_WORDS
+        op = self.words[base + self._OP_WORD]
+        if not accumulate and target.dtype != value.dtype and op not in (OP["copy"],):
+            return False
+        if accumulate and op != OP["matmul"]:
+            return False
+        # The Tensor engine writes PSUM only: into SBUF its result is copied.
+        if op in (OP["matmul"], OP["transpose"]) and target.buf.space != PSUM:
+            return False
+        # The instruction must not read the target's buffer (unless it is
+        # element-wise over exactly the same elements).
+        src_words = self.words[
+            base + self.HEADER + self.ACCESS : base + self.HEADER + 4 * self.ACCESS
+        ]
+        tw = access_words(target, None)
+        for s in range(3):
+            w = src_words[s * self.ACCESS : (s + 1) * self.ACCESS]
+            if w[0] == target.buf.index and (
+                op in (OP["matmul"], OP["transpose"], OP["reduce"], OP["scan"], OP["gather"])
+                or w != tw
+            ):
+                return False
+        if target.buf.kind == "input" and not target.buf.mutable:
+            return False
+        if target.buf.pending_zero is not None:
+            # A whole zeroed PSUM tile: the product is its first value (an
+            # accumulation group starts by overwriting). A part of one: the
+            # zeros must come first, which they no longer can.
+            if not target.covers_buffer():
+                return False
+            target.buf.pending_zero = None
+            accumulate = False
+        self.words[base + self.HEADER : base + self.HEADER + self.ACCESS] = tw
+        if accumulate:
+            self.words[base + self._FLAGS_WORD] |= FLAG_ACCUMULATE
+        target.buf.producer = idx if target.covers_buffer() else -1
+        target.buf.consumed = False
+        value.alias(target)
+        return True
+
+
+def access_words(v, loc) -> list[int]:
+    """The words of an access pattern (layout.ACCESS_FIELDS: buffer, ndim,
+    offset, sizes, strides)."""
+    if v is None:
+        return [-1, 0, 0] + [0] * (2 * MAX_DIMS)
+    if isinstance(v, Expr):
+        shape, strides, offset, buf = v.shape, v.coef, v.base, -1
+    else:
+        shape, strides, offset, buf = v.shape, v.strides, v.offset, v.buf.index
+    shape, strides = merge_dims(shape, strides)
+    if len(shape) > MAX_DIMS:
+        raise error(f"access of rank {len(shape)} (at most {MAX_DIMS} dimensions)", "shape", loc)
+    pad = MAX_DIMS - len(shape)
+    return [buf, len(shape), offset, *shape, *([0] * pad), *strides, *([0] * pad)]
+
+
+def merge_dims(shape, strides):
+    """The access as is, unless its rank is above the simulator's limit:
+    then dims that are contiguous with the next (and size-1 dims) merge."""
+    if len(shape) <= MAX_DIMS:
+        return tuple(shape), tuple(strides)
+    out_s, out_t = [shape[0]], [strides[0]]
+    for s, t in zip(shape[1:], strides[1:], strict=False):
+        if out_t[-1] == s * t or out_s[-1] == 1:
+            out_t[-1] = t
+            out_s[-1] *= s
+        elif s == 1:
+            continue
+        else:
+            out_s.append(s)
+            out_t.append(t)
+    return tuple(out_s), tuple(out_t)
