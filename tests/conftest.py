@@ -1,7 +1,7 @@
 """Helpers shared by the feature tests (fixtures, nothing autouse; three hooks: one
 freezes what collection left alive for the garbage collector, one reports what
 adaptive eager did when the session ran with it on, one fails a test that leaves a
-torch function or dispatch mode active).
+torch mode or other process-wide dispatch state changed).
 
 ``run_py`` runs Python code in a fresh interpreter (for environment variables and
 import-time behaviour); ``busy`` queues a long chain of device work on the current
@@ -32,14 +32,32 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def _dispatch_state() -> dict[str, object]:
+    """The process-wide state that one test leaving changed would change every
+    later op of the session (the values, so that a change can be named)."""
+    return {
+        "functorch transform": torch._C._functorch.peek_interpreter_stack(),
+        "torch function enabled": torch._C._is_torch_function_enabled(),
+        "dispatch keys included": str(torch._C._dispatch_tls_local_include_set()),
+        "dispatch keys excluded": str(torch._C._dispatch_tls_local_exclude_set()),
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "default dtype": torch.get_default_dtype(),
+        "default device": torch.get_default_device(),
+    }
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     # A torch function or dispatch mode left active by one test intercepts every
     # later op of the session: under vmap a mode that looks at a tensor's storage
     # meets batched tensors ("Cannot access storage of BatchedTensorImpl", the
     # error a fresh machine's run showed in test_flex_attention.py, issue 43), and
-    # nothing names the test that left it. Popped here, and that test fails.
+    # nothing names the test that left it. Popped here, and that test fails; so
+    # does one that leaves a functorch transform, torch-function or dispatch-key
+    # state, grad mode or a default changed (restored where torch lets us).
     before = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+    state = _dispatch_state()
     try:
         return (yield)
     finally:
@@ -48,8 +66,20 @@ def pytest_runtest_call(item: pytest.Item):
             leaked.append(type(torch._C._pop_torch_function_stack()).__name__)
         while torch._C._len_torch_dispatch_stack() > before[1]:
             leaked.append(type(torch._C._pop_torch_dispatch_stack()).__name__)
-        if leaked:
-            raise AssertionError(f"{item.nodeid} left torch modes active: {leaked}")
+        after = _dispatch_state()
+        changed = [f"{k}: {state[k]} -> {after[k]}" for k in state if after[k] != state[k]]
+        if after["grad mode"] != state["grad mode"]:
+            torch.set_grad_enabled(state["grad mode"])
+        if after["default dtype"] != state["default dtype"]:
+            torch.set_default_dtype(state["default dtype"])
+        if after["default device"] != state["default device"]:
+            # (cpu is the default without a device context; setting it would push one)
+            cpu = state["default device"] == torch.device("cpu")
+            torch.set_default_device(None if cpu else state["default device"])
+        if leaked or changed:
+            raise AssertionError(
+                f"{item.nodeid} left torch state changed: modes {leaked}, {changed}"
+            )
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

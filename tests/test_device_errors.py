@@ -146,6 +146,28 @@ def test_every_sync_point_raises_the_error(sync):
     _assert_device_works()
 
 
+def test_an_error_raised_while_printing_leaves_vmap_working():
+    # torch formats a tensor under a guard that disables functorch; the error a
+    # print raises kept that guard alive with its traceback (pytest's ExceptionInfo
+    # here, a reference cycle elsewhere), and every vmap until the next full garbage
+    # collection failed: create_block_mask raised "Cannot access storage of
+    # BatchedTensorImpl" (issue 43's fresh-machine failure in test_flex_attention).
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    y = _bad_index_select()
+    with pytest.raises(DeviceError, match="aten::index_select") as ei:
+        print(y)
+    assert ei.value.__traceback__ is not None  # the error is still alive
+    excluded = str(torch._C._dispatch_tls_local_exclude_set())
+    assert "FuncTorchDynamicLayerFrontMode" not in excluded, excluded
+    x = torch.arange(6.0).view(2, 3)
+    torch.testing.assert_close(torch.vmap(torch.sum)(x.neuron()).cpu(), torch.vmap(torch.sum)(x))
+    mask = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, 256, 256, device="neuron")
+    cpu_mask = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, 256, 256, device="cpu")
+    torch.testing.assert_close(mask.to_dense().cpu(), cpu_mask.to_dense())
+    _assert_device_works()
+
+
 def test_event_synchronize_raises_the_error():
     _bad_index_select()
     e = N.Event()

@@ -6,7 +6,7 @@ import importlib
 
 import torch
 
-from torch_neuronx import _monkey_patch
+from torch_neuronx import _monkey_patch, tensor_str_support
 from torch_neuronx.compile import program_cache
 from torch_neuronx.distributed import shims
 from torch_neuronx.profiling import hooks
@@ -41,11 +41,13 @@ def _install_all_and_read():
     shims.allow_ddp_bf16_comm_hooks()
     hooks.install()
     program_cache.record_loaded_libraries(codecache)
+    tensor_str_support.install()
     return {
         "BackendConfig.__init__": dist.distributed_c10d.BackendConfig.__init__,
         "DDP._check_comm_hook": DDP._check_comm_hook,
         "prepare_trace": torch.profiler.profiler._KinetoProfile.prepare_trace,
         "_load_library": codecache.CppCodeCache.__dict__["_load_library"],
+        "_tensor_str._str": torch._tensor_str._str,
     }
 
 

@@ -66,11 +66,13 @@ def _register():
 
     # 7. Libraries that do not know the device yet: safetensors' device names,
     # FlexAttention's device list, higher-order operators under neuron autocast,
-    # TorchTitan's unconditional Triton import.
+    # TorchTitan's unconditional Triton import; and torch's tensor printing, whose
+    # functorch guard outlives a device error raised while printing.
     from . import (
         flex_attention_support,
         higher_order_ops_autocast,
         safetensors_support,
+        tensor_str_support,
         torchtitan_support,
     )
 
@@ -78,6 +80,7 @@ def _register():
     higher_order_ops_autocast.install()
     flex_attention_support.install()
     torchtitan_support.install()
+    tensor_str_support.install()
 
     # 8. NKI: `import nki` / `import neuronxcc.nki` when no real NKI is
     # installed (torch_neuronx_nki.pth does this at interpreter start too),
