@@ -21,12 +21,13 @@ ROOT=$PWD
 
 ALL_CELLS=(py3.11-torch2.13 py3.11-torch2.14 py3.12-torch2.14 py3.13-torch2.14)
 # Device, ops, autocast, compile, NKI, distributed (one process per rank),
-# profiler, the wheel.
+# profiler, the wheel, TorchTitan.
 SUBSET=(tests/test_device_module.py tests/test_ops_basic.py tests/test_autocast.py
   tests/test_rng.py tests/test_streams_events.py tests/test_memory.py tests/test_fork.py
   tests/test_compile.py tests/test_nki_torch.py tests/test_nki_language.py
   tests/test_distributed_collectives.py tests/test_distributed_parallel.py
-  tests/test_profiler_timeline.py tests/test_training.py tests/test_wheel.py)
+  tests/test_profiler_timeline.py tests/test_training.py tests/test_wheel.py
+  tests/test_torchtitan.py)
 
 keep=0
 cells=()
@@ -74,6 +75,12 @@ run_cell() {
   "$vpy" -m pip install -q "torch==$torchver.*"
   # What the subset needs; the Hugging Face stack and the docs are the main run's.
   "$vpy" -m pip install -q numpy pytest expecttest pyyaml "cmake>=3.18" ninja "setuptools>=64" wheel
+  # TorchTitan's release for the cell's torch (tests/test_torchtitan.py): 0.3.0 needs
+  # torch >= 2.14 and spmd_types 0.2.3; the main run has 0.2.2 (torch 2.13).
+  case "$torchver" in
+    2.13) ;;
+    *) "$vpy" -m pip install -q torchtitan==0.3.0 spmd_types==0.2.3 tokenizers ;;
+  esac
   local t_venv=$(($(date +%s) - start))
 
   echo "== matrix $cell: build"

@@ -69,6 +69,23 @@ RUNNER = textwrap.dedent(
             call.arguments["force_sum_reduction_for_comms"] = True
             return divide_factors(*call.args, **call.kwargs)
         fc._get_gradient_divide_factors = sum_then_divide
+        # TorchTitan 0.3's MoE token exchange (spmd_types) calls dist.all_to_all with
+        # chunks of different sizes; gloo's list form takes equal sizes only, its
+        # single-tensor form any splits: the same exchange through that one.
+        import torch.distributed as tdist
+        list_all_to_all = tdist.all_to_all
+        def uneven_all_to_all(outputs, inputs, group=None, async_op=False):
+            sizes = {t.shape for t in [*outputs, *inputs]}
+            if async_op or len(sizes) == 1:
+                return list_all_to_all(outputs, inputs, group=group, async_op=async_op)
+            out_numel = [t.numel() for t in outputs]
+            flat_in = torch.cat([t.reshape(-1) for t in inputs])
+            flat_out = flat_in.new_empty(sum(out_numel))
+            tdist.all_to_all_single(flat_out, flat_in, out_numel,
+                                    [t.numel() for t in inputs], group=group)
+            for t, part in zip(outputs, flat_out.split(out_numel)):
+                t.copy_(part.view_as(t))
+        tdist.all_to_all = uneven_all_to_all
         # MoE routing counts tokens per expert with histc of integer expert ids, which
         # CUDA (and neuron) accept and the CPU refuses: the same bins in float64.
         histc = torch.histc
@@ -82,8 +99,19 @@ RUNNER = textwrap.dedent(
         # math its eager path is; neuron compiles that same math).
         import torch.nn.attention.flex_attention as fa
         fa._validate_device = lambda *a: None
-        import torchtitan.models.attention as ta
-        ta.FlexAttentionWrapper._compiled_flex_attn = fa.flex_attention
+        try:  # 0.2.x
+            import torchtitan.models.attention as ta
+            ta.FlexAttentionWrapper._compiled_flex_attn = fa.flex_attention
+        except ModuleNotFoundError:  # 0.3.x
+            import torchtitan.models.common.attention as ta
+            ta.FlexAttention._compiled_flex_attn = fa.flex_attention
+        # torch 2.14's dynamo asks the accelerator for its current stream when it
+        # starts tracing (create_block_mask is compiled), which initialises the
+        # accelerator, as it would CUDA, inside TorchTitan 0.3's checkpointed forward;
+        # checkpoint then refuses a device state born in its forward. The twin's
+        # checkpoints keep the CPU's state only.
+        from torch.utils.checkpoint import DefaultDeviceType
+        DefaultDeviceType.set_device_type("cpu")
         # Block masks are made on the current accelerator unless told: the CPU here.
         ta._compiled_create_block_mask = lambda *a, **k: fa.create_block_mask(
             *a, **{"device": "cpu", **k})
@@ -155,15 +183,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# TorchTitan 0.3 takes no TOML file: a registered config (``--module``, ``--config``)
+# and command-line overrides, here the settings CONFIG gives 0.2 (the debug models'
+# configs already have its learning rate, 8e-4, and 2 warm-up steps).
+SETTINGS_0_3 = (
+    "--hf-assets-path {root}/tokenizer --dataloader.dataset c4_test "
+    "--dataloader.dataset-path {root}/c4 --training.local-batch-size {batch} "
+    "--training.seq-len {seq_len} --metrics.log-freq 1 --debug.seed 42 "
+    "--checkpoint.no-enable --validator.no-enable"
+)
+
+
+def installed_version() -> tuple[int, int]:
+    """TorchTitan's (major, minor) in this environment."""
+    from importlib.metadata import version
+
+    major, minor = version("torchtitan").split(".")[:2]
+    return int(major), int(minor)
+
+
 def command(
     root: Path, device: str, *args: str, nproc: int = 1, steps: int = 10
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and the environment variables to add for a ``steps``-step
     ``torchtitan.train`` run on ``device`` with ``nproc`` processes (torchrun when more
-    than one). Each run gets a dump folder of its own (its checkpoints are its own)
-    unless ``args`` names one."""
+    than one), in the installed TorchTitan's syntax (0.2's TOML file, or 0.3's
+    ``--module``/``--config``: Llama 3's debug model unless ``args`` name another).
+    Each run gets a dump folder of its own (its checkpoints are its own) unless
+    ``args`` names one."""
     env = {"TT_DEVICE": device}
-    job = [str(root / "runner.py"), "--job.config_file", str(root / "job.toml")]
+    if installed_version() >= (0, 3):
+        job = [str(root / "runner.py")]
+        if "--module" not in args:
+            job += ["--module", "llama3", "--config", "llama3_debugmodel"]
+        job += SETTINGS_0_3.format(root=root, batch=LOCAL_BATCH, seq_len=SEQ_LEN).split()
+        dump = "--dump-folder"
+    else:
+        job = [str(root / "runner.py"), "--job.config_file", str(root / "job.toml")]
+        dump = "--job.dump_folder"
     if nproc == 1:
         env.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
         env["MASTER_PORT"] = str(_free_port())
@@ -172,8 +229,8 @@ def command(
         # The ranks' log lines come from rank 0 only; the logged loss is the global one.
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += ["--nproc_per_node", str(nproc), "--local-ranks-filter", "0", *job]
-    if "--job.dump_folder" not in args:
-        args = ("--job.dump_folder", tempfile.mkdtemp(dir=root, prefix="out-"), *args)
+    if dump not in args:
+        args = (dump, tempfile.mkdtemp(dir=root, prefix="out-"), *args)
     return [*cmd, "--training.steps", str(steps), *args], env
 
 
