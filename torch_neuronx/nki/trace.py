@@ -208,6 +208,12 @@ class Trace:
             return False
         if value.shape != target.shape or not value.covers_buffer():
             return False
+        # `value` becomes a view of `target`, and what reads it afterwards (an
+        # activation's reduce_res, the kernel) reads target's memory: where two
+        # positions of target are one element (a zero step, overlapping steps)
+        # that memory keeps one value of several. The result stays in its tile.
+        if not writes_each_element_once(target):
+            return False
         base = idx * layout.INSTRUCTION_WORDS
         op = self.words[base + self._OP_WORD]
         if not accumulate and target.dtype != value.dtype and op not in (OP["copy"],):
@@ -247,6 +253,19 @@ class Trace:
         target.buf.consumed = False
         value.alias(target)
         return True
+
+
+def writes_each_element_once(v: View) -> bool:
+    """Whether no two positions of ``v`` address the same element: its steps,
+    smallest first, each pass everything the smaller ones reach (a sufficient
+    test; a step of 0 over more than one position fails it)."""
+    reach = 0
+    dims = sorted((abs(s), n) for n, s in zip(v.shape, v.strides, strict=True) if n > 1)
+    for step, n in dims:
+        if step <= reach:
+            return False
+        reach += step * (n - 1)
+    return True
 
 
 def access_words(v, loc) -> list[int]:
