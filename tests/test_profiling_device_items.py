@@ -271,3 +271,31 @@ def test_collectives_carry_their_group_and_peers(tmp_path):
         ]
         assert len(dev) == 2 + (rank == 1)
         assert dev[0]["args"]["op"] == "all_reduce" and dev[0]["args"]["peers"] == str(1 - rank)
+
+
+def test_a_host_fallback_is_estimated_as_a_round_trip_to_the_host():
+    # TorchNeuron runs the linear-algebra decompositions on the host: on a Trainium
+    # the operands go to the host, it computes, the results come back and the device
+    # waits. The estimate is that round trip plus the host's compute, which is this
+    # item's own run time (the op runs on this host's CPU here as there).
+    a = torch.randn(128, 96, device="neuron")
+    torch.linalg.qr(a)  # the first call's checks outside the profile
+    items, _ = profiled(lambda: torch.linalg.qr(a))
+    (qr,) = [i for i in items if i["name"] == "aten::linalg_qr"]
+    assert detail(qr) == {"fallback": "host"}
+    measured = qr["end_ns"] - qr["start_ns"]
+    assert qr["estimate_compute_ns"] == measured
+    # Its tensors: A, then Q (128 x 96) and R (96 x 96).
+    trip = torch_neuronx._C._estimate_op(
+        "aten::linalg_qr", [[128, 96], [128, 96], [96, 96]], [4, 4, 4]
+    )
+    assert trip["fallback"] == "host" and trip["engine"] == "host"
+    assert trip["compute_ns"] == 0  # the host's compute is known only when it ran
+    assert qr["estimate_dma_ns"] == pytest.approx(trip["dma_ns"])
+    assert qr["estimate_latency_ns"] == pytest.approx(trip["latency_ns"])
+    assert qr["estimate_ns"] == round(measured + trip["dma_ns"] + trip["latency_ns"])
+    # The round trip costs more than the same bytes as one device op moves.
+    as_device_op = torch_neuronx._C._estimate_op(
+        "aten::mm", [[128, 96], [128, 96], [96, 96]], [4, 4, 4]
+    )
+    assert trip["latency_ns"] > as_device_op["latency_ns"]

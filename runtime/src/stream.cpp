@@ -10,6 +10,7 @@
 #include "neuron_runtime/captured_work.h"
 #include "neuron_runtime/device_memory_protection.h"
 #include "neuron_runtime/trace.h"
+#include "neuron_runtime/trainium_estimate.h"
 
 namespace neuron_rt {
 namespace {
@@ -329,6 +330,10 @@ void Stream::workerLoop() {
       TraceRecord rec{device_, id_,  item->seq, item->label, start,
                       nowNs(), skip, 0,         -1,          {}};
       rec.note = std::move(item->note);
+      if (rec.note.host_compute && rec.note.has_parts) {
+        rec.note.parts.compute_ns += static_cast<double>(rec.end_ns - start);
+        rec.note.estimate_ns = roundedNs(rec.note.parts);
+      }
       if (runningItem().estimate_ns >= 0) {
         rec.note.estimate_ns = runningItem().estimate_ns;
         rec.note.has_parts = false;  // a cost model's total

@@ -80,6 +80,9 @@ struct ItemNote {
   // share of the fused step's, not added to the item's.
   int32_t fused_into = -1;
   bool set = false;  // the host described the item (category, work)
+  // The item computes on the host (a CPU fallback): its own run time is the
+  // host's compute, added to `parts` (and estimate_ns) when it completes.
+  bool host_compute = false;
   // Free-form "key=value;key=value" facts (a collective's group, size,
   // peers, sequence number). Shared: a replayed graph reuses its steps'.
   std::shared_ptr<const std::string> detail;

@@ -10,7 +10,8 @@
 #include <set>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
+
+#include "eager/host_fallback_ops.h"
 
 namespace torch_neuronx {
 namespace {
@@ -31,18 +32,6 @@ bool onNeuron(const c10::IValue& v) {
       if (t.defined() && t.is_privateuseone()) return true;
   }
   return false;
-}
-
-// The linear-algebra decompositions TorchNeuron runs on the host (its CPU
-// fallbacks; here every op's kernel is the CPU's, so these are the ones a
-// user porting a model must know about). Named without overloads.
-bool hostComputed(const std::string& name) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::linalg_qr",     "aten::_linalg_svd",
-      "aten::_linalg_eigh",  "aten::linalg_cholesky_ex",
-      "aten::linalg_inv_ex", "aten::linalg_lu_factor_ex",
-      "aten::_linalg_det",   "aten::_linalg_slogdet"};
-  return ops.count(name.substr(0, name.find('.', 6))) > 0;
 }
 
 // A view op (its results alias its inputs and it writes none): metadata
@@ -139,7 +128,7 @@ bool trackingOperatorCalls() { return g_tracking_calls.load(); }
 
 void noteExecuted(const std::string& op_name) {
   std::lock_guard<std::mutex> g(g_mu);
-  if (hostComputed(op_name))
+  if (isHostFallbackOp(op_name))
     g_fallback.insert(op_name);
   else
     g_executed.insert(op_name);

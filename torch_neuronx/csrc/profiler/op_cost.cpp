@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "eager/cpu_alias.h"
+#include "eager/host_fallback_ops.h"
 #include "profiler/device_timeline.h"
 
 namespace torch_neuronx::profiler {
@@ -202,8 +205,41 @@ neuron_rt::ItemWork eagerOpWork(const char* name, const AliasPlan& plan) {
   return eagerOpWork(name, tensors);
 }
 
+neuron_rt::EstimateParts hostFallbackParts(c10::ArrayRef<OpTensor> tensors,
+                                           const neuron_rt::TrainiumModel& m) {
+  double bytes = 0;
+  for (const OpTensor& t : tensors)
+    if (t.itemsize > 0)
+      bytes += numel(t.sizes) * static_cast<double>(t.itemsize);
+  // The operands out and the results back: one transfer of all the bytes and
+  // a DMA start each way; the device waiting for the host: one launch.
+  neuron_rt::EstimateParts p =
+      neuron_rt::estimateItem(copyWork(static_cast<int64_t>(bytes)), m);
+  p.latency_ns += m.dma_start_ns + m.launch_ns;
+  return p;
+}
+
 void noteEagerItem(const char* name, const AliasPlan& plan) {
   neuron_rt::ItemNote& note = neuron_rt::pendingNote();
+  if (isHostFallbackOp(name)) {
+    c10::SmallVector<OpTensor, 8> tensors;
+    for (int i = 0; i < plan.count(); ++i) {
+      const int64_t item = plan.itemsizeOf(i);
+      tensors.push_back(
+          OpTensor{item > 0 ? plan.sizesOf(i) : c10::IntArrayRef(), item});
+    }
+    note.set = true;
+    note.category = neuron_rt::ItemCategory::kCompute;
+    note.bytes = eagerOpWork(name, tensors).bytes;
+    note.parts = hostFallbackParts(tensors, deviceModel());
+    note.has_parts = true;
+    note.host_compute = true;  // + the item's own run time (stream.cpp)
+    note.estimate_ns = neuron_rt::roundedNs(note.parts);
+    static const auto kDetail =
+        std::make_shared<const std::string>("fallback=host");
+    note.detail = kDetail;
+    return;
+  }
   const neuron_rt::ItemWork w = eagerOpWork(name, plan);
   note.set = true;
   note.category = neuron_rt::ItemCategory::kCompute;

@@ -64,8 +64,17 @@ neuron_rt::ItemWork eagerOpWork(const char* name, const AliasPlan& plan);
 
 // Describes the next item this thread queues: op `name` over the tensors of
 // `plan` (its arguments, then its results): eagerOpWork, estimated with the
-// device's model (deviceModel()).
+// device's model (deviceModel()). A host fallback (eager/host_fallback_ops.h)
+// is estimated as a Trainium runs it instead: hostFallbackParts, plus the
+// item's own run time here as the host's compute (added when it completes),
+// with detail "fallback=host".
 void noteEagerItem(const char* name, const AliasPlan& plan);
+
+// A host fallback's round trip on `m`: its tensors' bytes copied out and
+// back (one transfer, a DMA start each way) and one launch for the device to
+// go on after the host; the host's compute is not in it.
+neuron_rt::EstimateParts hostFallbackParts(c10::ArrayRef<OpTensor> tensors,
+                                           const neuron_rt::TrainiumModel& m);
 
 // Describes the next item as a copy of `bytes` (read plus written): one
 // transfer (copyWork), estimated with the device's model.

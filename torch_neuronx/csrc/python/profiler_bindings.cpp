@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "eager/host_fallback_ops.h"
 #include "profiler/device_timeline.h"
 #include "profiler/op_cost.h"
 #include "python/target_caster.h"
@@ -152,12 +153,18 @@ py::dict estimateOp(const std::string& name,
   }
   const neuron_rt::TrainiumModel model = modelFor(target, lnc);
   const neuron_rt::ItemWork w = profiler::eagerOpWork(name.c_str(), tensors);
-  py::dict d = partsDict(neuron_rt::estimateItem(w, model));
+  const bool fallback = isHostFallbackOp(name);
+  // A host fallback's round trip; the host's compute, which a real run
+  // measures, is not known here (fallback="host" says so).
+  py::dict d = partsDict(fallback ? profiler::hostFallbackParts(tensors, model)
+                                  : neuron_rt::estimateItem(w, model));
+  if (fallback) d["fallback"] = "host";
   d["flops"] = w.flops;
   d["bytes"] = w.bytes;
   d["tensor_engine"] = w.tensor_engine;
-  d["engine"] =
-      neuron_rt::engineName(w.flops, w.tensor_engine, w.element_bytes);
+  d["engine"] = fallback ? "host"
+                         : neuron_rt::engineName(w.flops, w.tensor_engine,
+                                                 w.element_bytes);
   return d;
 }
 
