@@ -9,10 +9,11 @@ top-level and imports nothing heavy: the ``torch_neuronx_nki.pth`` file
 installs the finder at interpreter start (so ``import nki`` works before
 ``import torch``); the implementation (and torch) load on first use.
 
-- ``nki``, ``nki.language``, ``nki.isa`` (destination-first), ``nki.typing``
+- ``nki``, ``nki.language``, ``nki.isa`` (destination-first),
+  ``nki.isa.constants``, ``nki.typing``
 - ``neuronxcc``, ``neuronxcc.nki``, ``neuronxcc.nki.language``,
   ``neuronxcc.nki.isa`` (the original form, returning tiles),
-  ``neuronxcc.nki.typing``
+  ``neuronxcc.nki.isa.constants``, ``neuronxcc.nki.typing``
 """
 
 from __future__ import annotations
@@ -28,13 +29,18 @@ _TARGETS = {
     "nki": ("torch_neuronx.nki", "isa"),
     "nki.language": ("torch_neuronx.nki.language", None),
     "nki.isa": ("torch_neuronx.nki.isa", None),
+    "nki.isa.constants": ("torch_neuronx.nki.isa_constants", None),
     "nki.typing": ("torch_neuronx.nki.typing", None),
     "neuronxcc": (None, None),
     "neuronxcc.nki": ("torch_neuronx.nki", "legacy_isa"),
     "neuronxcc.nki.language": ("torch_neuronx.nki.language", None),
     "neuronxcc.nki.isa": ("torch_neuronx.nki.legacy_isa", None),
+    "neuronxcc.nki.isa.constants": ("torch_neuronx.nki.isa_constants", None),
     "neuronxcc.nki.typing": ("torch_neuronx.nki.typing", None),
 }
+# The aliases that have submodules (``from nki.isa.constants import oob_mode``
+# needs ``nki.isa`` to be a package, as it is in NKI).
+_PACKAGES = frozenset({"nki", "nki.isa", "neuronxcc", "neuronxcc.nki", "neuronxcc.nki.isa"})
 
 
 class _Loader(importlib.abc.Loader):
@@ -52,7 +58,7 @@ class _Loader(importlib.abc.Loader):
             if isa is not None:
                 module.isa = importlib.import_module(f"torch_neuronx.nki.{isa}")
         # Packages: their submodules are found here too.
-        if spec.name in ("nki", "neuronxcc", "neuronxcc.nki"):
+        if spec.name in _PACKAGES:
             module.__path__ = []
         module.__torch_neuronx__ = True  # served by torch-neuronx's simulator
         return module
@@ -65,7 +71,7 @@ class NkiAliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in _TARGETS:
             return None
-        is_pkg = fullname in ("nki", "neuronxcc", "neuronxcc.nki")
+        is_pkg = fullname in _PACKAGES
         return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=is_pkg)
 
 

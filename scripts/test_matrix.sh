@@ -74,7 +74,7 @@ run_cell() {
   # torch first, alone: nothing later may replace it.
   "$vpy" -m pip install -q "torch==$torchver.*"
   # What the subset needs; the Hugging Face stack and the docs are the main run's.
-  "$vpy" -m pip install -q numpy pytest expecttest pyyaml "cmake>=3.18" ninja "setuptools>=64" wheel
+  "$vpy" -m pip install -q numpy ml_dtypes pytest expecttest pyyaml "cmake>=3.18" ninja "setuptools>=64" wheel
   # TorchTitan's release for the cell's torch (tests/test_torchtitan.py): 0.3.0 needs
   # torch >= 2.14 and spmd_types 0.2.3; the main run has 0.2.2 (torch 2.13).
   case "$torchver" in

@@ -23,24 +23,31 @@ _WHERE = {
     "as_kernel": ".kernel",
     "compiled_for": ".kernel",
     "jit": ".kernel",
-    "KernelProfile": ".profile",
-    "default_target": ".profile",
-    "hardware_targets": ".profile",
-    "baremetal": ".simulate",
-    "benchmark": ".simulate",
-    "estimate": ".simulate",
-    "profile": ".simulate",
-    "simulate": ".simulate",
-    "simulate_kernel": ".simulate",
+    "KernelProfile": ".kernel_profile",
+    "default_target": ".kernel_profile",
+    "hardware_targets": ".kernel_profile",
+    # No submodule may be named like one of these functions: importing it
+    # would set the package attribute (nki.simulate, nki.profile) to the
+    # module instead.
+    "baremetal": ".standalone",
+    "benchmark": ".standalone",
+    "estimate": ".standalone",
+    "profile": ".standalone",
+    "simulate": ".standalone",
+    "simulate_kernel": ".standalone",
 }
+# NKI's names for things that are called otherwise here: ``nki.dtype`` is the
+# type of ``nl.float32``, ``nl.bfloat16``, ... (kernels annotate with it).
+_RENAMED = {"dtype": (".dtypes", "DType")}
 _SUBMODULES = ("isa", "language", "legacy_isa", "typing")
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    if name in _WHERE or name in _RENAMED:
+        module, attr = _RENAMED.get(name, (_WHERE.get(name), name))
+        value = getattr(importlib.import_module(module, __name__), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -57,6 +64,7 @@ __all__ = [
     "benchmark",
     "compiled_for",
     "default_target",
+    "dtype",
     "estimate",
     "hardware_targets",
     "isa",

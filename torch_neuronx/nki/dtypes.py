@@ -10,9 +10,15 @@ from . import layout
 
 
 class DType:
-    """An NKI element type. Compares equal to its name, its NumPy type and
-    its torch dtype, so kernels may test ``a.dtype == nl.bfloat16`` or pass
-    ``dtype=np.float32`` alike."""
+    """An NKI element type (``nki.dtype``). Compares equal to its name, its
+    NumPy type and its torch dtype, so kernels may test ``a.dtype ==
+    nl.bfloat16`` or pass ``dtype=np.float32`` alike.
+
+    NKI's types are NumPy types by name: ``str(nl.float32) == "float32"``
+    (kernels compare ``str(t.dtype) == str(nl.bfloat16)``), and
+    ``np.dtype(nl.bfloat16)`` is the NumPy type of the arrays the simulator
+    reads and writes for it (through ``.dtype``, NumPy's protocol; bfloat16
+    and fp8 come from ml_dtypes)."""
 
     __slots__ = ("name", "code", "itemsize", "is_float", "is_signed")
 
@@ -26,6 +32,15 @@ class DType:
     def __repr__(self) -> str:
         return f"nl.{self.name}"
 
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy type of this element type: what ``np.dtype(nl.X)``,
+        ``np.zeros(n, nl.X)`` and ``a.astype(nl.X)`` use."""
+        return np.dtype(numpy_dtype(self))
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DType):
             return other.code == self.code
@@ -38,6 +53,11 @@ class DType:
         return hash(self.name)
 
     @property
+    def is_simulated(self) -> bool:
+        """Whether the simulator has this type (the MX packed types not yet)."""
+        return self.code >= 0
+
+    @property
     def itemsize_bits(self) -> int:
         return self.itemsize * 8
 
@@ -45,6 +65,19 @@ class DType:
 # Every element type the simulator has, in code order.
 ALL = tuple(DType(**t) for t in layout.DTYPES)
 _BY_NAME = {d.name: d for d in ALL}
+
+# NKI's MX (microscaling) packed types, four fp8 or fp4 values to an element,
+# for nc_matmul_mx / quantize_mx on NeuronCore-v4. The simulator has none of
+# them yet: they exist so that kernels can name and compare them (NKI-lib's
+# tables of supported types do, at import); a tensor of one is an NKIError
+# (trace.py). Negative codes: no simulator code, and no two alike.
+NOT_SIMULATED = (
+    DType("float8_e4m3fn_x4", code=-1, itemsize=4, is_float=True, is_signed=True),
+    DType("float8_e5m2_x4", code=-2, itemsize=4, is_float=True, is_signed=True),
+    DType("float4_e2m1fn_x4", code=-3, itemsize=2, is_float=True, is_signed=True),
+)
+_BY_NAME.update({d.name: d for d in NOT_SIMULATED})
+float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4 = NOT_SIMULATED
 
 float32 = _BY_NAME["float32"]
 bfloat16 = _BY_NAME["bfloat16"]
@@ -123,6 +156,8 @@ def torch_dtype(d: DType):
 
 def numpy_dtype(d: DType):
     """The NumPy type for arrays of ``d`` (bfloat16 and fp8 need ml_dtypes)."""
+    if not d.is_simulated:
+        raise TypeError(f"{d.name} (an MX packed type) has no NumPy type here: not supported yet")
     if d.name in ("bfloat16", "float8_e4m3", "float8_e5m2"):
         try:
             import ml_dtypes

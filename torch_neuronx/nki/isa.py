@@ -7,21 +7,24 @@ the result is produced in place, one instruction, as the hardware does.
 
 from __future__ import annotations
 
+from . import isa_constants as constants  # noqa: F401 (nki.isa.constants)
 from . import language as nl
 from . import legacy_isa as _l
 from .dynamic_index import IndirectView
 from .indexing import Expr
-from .legacy_isa import (  # noqa: F401
-    NkiValidationError,
+from .isa_constants import (  # noqa: F401
     dge_mode,
-    dma_engine,
     engine,
-    get_nc_version,
-    gpsimd_engine,
     matmul_perf_mode,
     nc_version,
     oob_mode,
     reduce_cmd,
+)
+from .legacy_isa import (  # noqa: F401
+    NkiValidationError,
+    dma_engine,
+    get_nc_version,
+    gpsimd_engine,
     scalar_engine,
     sync_engine,
     tensor_engine,

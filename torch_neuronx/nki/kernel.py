@@ -9,6 +9,7 @@ import functools
 import gc
 import inspect
 import itertools
+import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -18,7 +19,8 @@ import numpy as np
 from . import dtypes as dt
 from . import trace_state
 from .errors import NKIError
-from .profile import KernelProfile, default_target
+from .kernel_profile import KernelProfile, default_target
+from .nki_object import NKIObject, field_values
 from .trace import Trace
 from .trace_state import HBM, error
 from .typing import TensorSpec, is_mutable_annotation
@@ -194,11 +196,27 @@ def _describe(x) -> _ArgInfo:
 
 
 def _const_key(x):
+    if isinstance(x, NKIObject):
+        # Configurations are often dataclasses, which are unhashable: key them
+        # by their fields, so an equal one reuses the trace, a changed one
+        # re-traces, and no key outlives its object through a reused id().
+        return ("nki_object", type(x), _fields_key(x))
     try:
         hash(x)
         return ("v", type(x).__name__, x)
     except TypeError:
         return ("id", id(x))
+
+
+def _fields_key(obj: NKIObject) -> tuple:
+    def value_key(v):
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, tuple(value_key(e) for e in v))
+        if isinstance(v, dict):
+            return ("dict", tuple((k, value_key(e)) for k, e in v.items()))
+        return _const_key(v)
+
+    return tuple((name, value_key(v)) for name, v in field_values(obj).items())
 
 
 def _param_mutability(fn, names) -> dict:
@@ -258,7 +276,8 @@ def trace_kernel(
             if k == 0:
                 result = ret
         outputs: list = []
-        structure = _result_structure(result, t, views, arg_order, outputs)
+        result_shapes: dict = {}
+        structure = _result_structure(result, t, views, arg_order, outputs, result_shapes)
         next_ext = t.externals
         for b in outputs:
             b.external = next_ext
@@ -279,14 +298,30 @@ def trace_kernel(
         name=fn.__name__,
         program=program,
         num_args=t.externals,
-        outputs=[(b.shape, b.dtype) for b in outputs],
+        outputs=[(result_shapes[b], b.dtype) for b in outputs],
         prints=prints,
         result=structure,
         trace_locs=t.locs,
     )
 
 
-def _result_structure(ret, t: Trace, views, arg_order, outputs):
+def _is_whole_buffer(v: View) -> bool:
+    """Whether ``v`` is all of its buffer in order, in any shape: the buffer
+    itself or a reshape of it (what a result may be)."""
+    if v.offset != 0 or v.dyn is not None or math.prod(v.shape) != v.buf.elements:
+        return False
+    acc = 1
+    for s, st in zip(reversed(v.shape), reversed(v.strides), strict=True):
+        if s != 1 and st != acc:
+            return False
+        acc *= s
+    return True
+
+
+def _result_structure(ret, t: Trace, views, arg_order, outputs, shapes):
+    """The kernel's return value with each tensor replaced by ("out", k) /
+    ("arg", k); fills ``outputs`` with the result buffers and ``shapes`` with
+    the shape each is returned in."""
     if ret is None:
         return None
     if isinstance(ret, View):
@@ -299,15 +334,28 @@ def _result_structure(ret, t: Trace, views, arg_order, outputs):
                 "nl.ndarray(..., buffer=nl.shared_hbm)), not an on-chip tile",
                 "result",
             )
-        if not ret.covers_buffer():
-            raise error("a kernel returns whole tensors, not views of them", "result")
+        # A reshape of a result buffer is the same bytes in another shape:
+        # the result tensor is allocated in that shape.
+        if not _is_whole_buffer(ret):
+            raise error(
+                "a kernel returns whole tensors (or reshapes of them), not views of parts",
+                "result",
+            )
+        if shapes.setdefault(b, ret.shape) != ret.shape:
+            raise error(
+                f"a kernel returns one tensor in two shapes, {list(shapes[b])} and "
+                f"{list(ret.shape)}: return it once",
+                "result",
+            )
         if b not in outputs:
             outputs.append(b)
         return ("out", outputs.index(b))
     if isinstance(ret, (tuple, list)):
-        return type(ret)(_result_structure(r, t, views, arg_order, outputs) for r in ret)
+        return type(ret)(_result_structure(r, t, views, arg_order, outputs, shapes) for r in ret)
     if isinstance(ret, dict):
-        return {k: _result_structure(v, t, views, arg_order, outputs) for k, v in ret.items()}
+        return {
+            k: _result_structure(v, t, views, arg_order, outputs, shapes) for k, v in ret.items()
+        }
     return ("const", ret)
 
 

@@ -24,8 +24,11 @@ from . import view as _view
 from .dtypes import (  # noqa: F401
     bfloat16,
     bool_,
+    float4_e2m1fn_x4,
     float8_e4m3,
+    float8_e4m3fn_x4,
     float8_e5m2,
+    float8_e5m2_x4,
     float16,
     float32,
     int8,
@@ -39,10 +42,14 @@ from .dtypes import (  # noqa: F401
 from .errors import NKIError
 from .grid import SpmdDim, nc, spmd_dim  # noqa: F401
 from .indexing import DynSlice, Expr, Pred, arange, ds, mgrid  # noqa: F401
+from .nki_object import NKIObject  # noqa: F401
 from .trace_state import HBM, PSUM, SBUF, current, error, user_location
 from .view import View
 
 float8_e4m3fn = float8_e4m3
+# NKI spells the boolean type both ways. It shadows the builtin in this
+# module: code here says _py.bool.
+bool = bool_  # noqa: A001
 
 
 # Buffers ------------------------------------------------------------------
@@ -343,7 +350,7 @@ def _bcast(v: View, shape: tuple) -> View:
 
 
 def _is_scalar(x) -> bool:
-    return isinstance(x, (int, float, bool, np.number)) and not isinstance(x, View)
+    return isinstance(x, (int, float, _py.bool, np.number)) and not isinstance(x, View)
 
 
 def _on_chip(x, what: str, loc) -> View:
@@ -1061,7 +1068,7 @@ def static_range(start, stop=None, step=1, **kwargs):
 
 def _grid_axis(t, axis, what: str) -> int:
     ndim = _py.max(len(t.grid), 1)
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+    if isinstance(axis, _py.bool) or not isinstance(axis, (int, np.integer)):
         raise error(f"{what}: the axis is an integer, got {axis!r}", "grid")
     a = int(axis)
     if not 0 <= a < ndim:

@@ -7,28 +7,24 @@ these.
 
 from __future__ import annotations
 
-import enum
-
 from . import dtypes as _dt
 from . import dynamic_index as _dynamic_index
 from . import indexing as _indexing
+from . import isa_constants as constants  # noqa: F401 (neuronxcc.nki.isa.constants)
 from . import language as nl
 from . import trace_state as _tr
 from .errors import NKIError
 from .indexing import Expr, Pred
+from .isa_constants import (  # noqa: F401 (nisa.<enum>, as NKI has them)
+    dge_mode,
+    engine,
+    matmul_perf_mode,
+    nc_version,
+    oob_mode,
+    reduce_cmd,
+)
 from .trace_state import PSUM, current, error, user_location
 from .view import View
-
-
-class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
-    unknown = 0
-    tensor = 1
-    scalar = 2
-    gpsimd = 3
-    vector = 5
-    sync = 6
-    dma = 7
-
 
 unknown_engine = engine.unknown
 tensor_engine = engine.tensor
@@ -37,37 +33,6 @@ gpsimd_engine = engine.gpsimd
 vector_engine = engine.vector
 dma_engine = engine.dma
 sync_engine = engine.sync
-
-
-class oob_mode(enum.IntEnum):  # noqa: N801
-    error = 0
-    skip = 1
-
-
-class dge_mode(enum.IntEnum):  # noqa: N801
-    none = 0
-    swdge = 1
-    hwdge = 2
-    unknown = 3
-
-
-class reduce_cmd(enum.IntEnum):  # noqa: N801
-    idle = 0
-    reset = 1
-    reduce = 2
-    reset_reduce = 3
-    load_reduce = 4
-
-
-class nc_version(enum.IntEnum):  # noqa: N801
-    gen2 = 2
-    gen3 = 3
-    gen4 = 4
-
-
-class matmul_perf_mode(enum.IntEnum):  # noqa: N801
-    none = 0
-    double_row = 1
 
 
 def get_nc_version() -> nc_version:

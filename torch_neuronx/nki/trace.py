@@ -82,6 +82,10 @@ class Trace:
         dtype = dt.as_dtype(dtype)
         shape = tuple(int(s) for s in shape)
         loc = loc or user_location()
+        if not dtype.is_simulated:
+            raise error(
+                f"{dtype.name} tensors (MX packed types) are not supported yet", "dtype", loc
+            )
         if any(s < 0 for s in shape):
             raise error(f"negative dimension in shape {shape}", "shape", loc)
         if space in (SBUF, PSUM):

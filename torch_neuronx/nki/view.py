@@ -104,6 +104,13 @@ class View:
         )
 
     def __bool__(self):
+        # An HBM tensor (an argument, or one the kernel allocated) is true,
+        # like any Python object: `if bias:` on an optional tensor asks
+        # whether it was given (NKI-lib's kernels test them so), never about
+        # its values. A tile's truth would depend on values it only has when
+        # the kernel runs: that stays an error.
+        if self.buf.space == HBM:
+            return True
         raise error(
             "a tile has no truth value while a kernel is traced; "
             "use nl.where / masks for data-dependent choices"

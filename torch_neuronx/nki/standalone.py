@@ -1,14 +1,19 @@
-"""NKI's ways to run and measure a kernel off the framework:
-``nki.simulate_kernel`` / ``nki.simulate`` (NumPy in, NumPy out),
-``nki.baremetal``, ``nki.benchmark`` and ``nki.profile`` (the cost model's
-estimate in NKI's result objects), and ``estimate`` (a KernelProfile)."""
+"""NKI's ways to run and measure a kernel standalone, outside a PyTorch
+program: ``nki.simulate_kernel`` (NumPy in, NumPy out), ``nki.simulate``
+(NumPy arrays or torch tensors in, the same out), ``nki.baremetal``,
+``nki.benchmark`` and ``nki.profile`` (the cost model's estimate in NKI's
+result objects), and ``estimate`` (a KernelProfile).
+
+(Not named simulate.py or profile.py: a submodule of that name would become
+the package attribute ``nki.simulate`` / ``nki.profile`` once imported,
+hiding these functions.)"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .kernel import GridLaunch, Kernel, _grid_tuple, as_kernel, compiled_for, launch
-from .profile import KernelProfile
+from .kernel_profile import KernelProfile
 
 
 def simulate_kernel(kernel, *args, **kwargs):
