@@ -68,7 +68,6 @@ import argparse
 import hashlib
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,6 +80,8 @@ except ImportError:
     pass
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import child_result
 
 from examples.gpt.data import get_batch, get_tokenizer
 from examples.gpt.model import GPTConfig
@@ -408,7 +409,7 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
 
 def run_child(mode: str, args: argparse.Namespace, chain: str | None = None) -> dict:
     """run_one(mode) in a fresh interpreter (same seed, same batches): its result."""
-    cmd = [sys.executable, __file__, "--one", mode, "--steps", str(args.steps)]
+    cmd = ["--one", mode, "--steps", str(args.steps)]
     cmd += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
     cmd += ["--seq-len", str(args.seq_len), "--seed", str(args.seed)]
     for flag in ("small", "generate", "host_cost", "static_cache", "estimate", "no_fuse"):
@@ -419,11 +420,7 @@ def run_child(mode: str, args: argparse.Namespace, chain: str | None = None) -> 
     cmd += ["--target", args.target]
     if args.max_fruitless_adaptations is not None:
         cmd += ["--max-fruitless-adaptations", str(args.max_fruitless_adaptations)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        sys.stderr.write(done.stderr)
-        done.check_returncode()
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_result.run_child(__file__, cmd, timeout=None)
 
 
 def main_chains(args: argparse.Namespace) -> int:

@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
+from child_result import run_child
 
 # (batch, heads, sequence, head dim): a TorchTitan debug model's and a larger one.
 SHAPES = [(8, 16, 256, 16), (2, 8, 512, 64)]
@@ -144,12 +142,8 @@ def run_children(runs, args, extra: list[str], env_of) -> dict[str, list]:
     results: dict[str, list] = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name in runs:
-            cmd = [sys.executable, __file__, *extra(name), "--steps", str(args.steps)]
-            child_env = {**os.environ, **env_of(name)}
-            out = subprocess.run(
-                cmd, env=child_env, check=True, capture_output=True, text=True, timeout=1800
-            )
-            results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            cmd = [*extra(name), "--steps", str(args.steps)]
+            results[name].append(run_child(__file__, cmd, env=env_of(name)))
     return results
 
 

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +46,8 @@ except ImportError:
     pass
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from child_result import run_child
 
 from examples.gpt.data import get_batch, get_tokenizer
 from examples.gpt.model import GPTConfig
@@ -71,7 +72,6 @@ VARIANTS = [
     "neuron:compiled",
     "neuron:reduce-overhead",
 ]
-RESULT = "RESULT "
 
 
 def run_one(variant: str, size: str, steps: int, warmup: int, seed: int) -> dict:
@@ -114,17 +114,10 @@ def run_one(variant: str, size: str, steps: int, warmup: int, seed: int) -> dict
 
 
 def child(variant: str, size: str, args, cache_dir: str, timeout: float = 900) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", variant, "--size", size]
+    cmd = ["--one", variant, "--size", size]
     cmd += ["--steps", str(args.steps_for[size]), "--warmup", str(args.warmup)]
     cmd += ["--seed", str(args.seed)]
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir}
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError(f"{variant} {size} failed:\n{r.stderr[-3000:]}")
-    for line in r.stdout.splitlines():
-        if line.startswith(RESULT):
-            return json.loads(line[len(RESULT) :])
-    raise RuntimeError(f"{variant} {size}: no result\n{r.stdout[-2000:]}")
+    return run_child(__file__, cmd, env={"TORCHINDUCTOR_CACHE_DIR": cache_dir}, timeout=timeout)
 
 
 def verdict(ok: bool) -> str:
@@ -144,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.one:
         res = run_one(args.one, args.size, args.steps, args.warmup, args.seed)
-        print(RESULT + json.dumps(res), flush=True)
+        print(json.dumps(res), flush=True)
         return 0
 
     sizes = (args.sizes or ("small" if args.quick else "default,small")).split(",")

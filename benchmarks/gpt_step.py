@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,8 @@ except ImportError:
 # must be added for `examples.gpt.*` to resolve.
 # A bare sys.path.insert is the one statement E402 permits before imports.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from child_result import run_child
 
 from examples.gpt.data import get_batch, get_tokenizer
 from examples.gpt.model import GPTConfig
@@ -136,12 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     def measure(name: str, device: torch.device) -> tuple[float, float]:
         if args.same_process:
             return bench_device(device, cfg, args)
-        child = [sys.executable, __file__, "--one", name, "--steps", str(args.steps)]
+        child = ["--one", name, "--steps", str(args.steps)]
         child += ["--warmup", str(args.warmup), "--batch", str(args.batch)]
         child += ["--seq-len", str(args.seq_len), "--lr", str(args.lr)]
         child += ["--seed", str(args.seed)]
-        out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
-        r = json.loads(out.strip().splitlines()[-1])
+        r = run_child(__file__, child, timeout=None)
         return r["ms"], r["loss"]
 
     # Rounds alternate the devices (A, B, A, B, ...): drift in the machine's speed

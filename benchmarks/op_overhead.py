@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import torch
+from child_result import run_child
 
 try:
     # Normally loaded by `import torch` via its backend entry point; explicit import
@@ -89,16 +89,13 @@ def bench_device(device: torch.device, iters: int, warmup: int, repeats: int) ->
 def bench_in_child(name: str, args: argparse.Namespace) -> dict[str, float]:
     """bench_device in a fresh interpreter (see the module docstring)."""
     cmd = [
-        sys.executable,
-        __file__,
         "--child",
         name,
         f"--iters={args.iters}",
         f"--warmup={args.warmup}",
         f"--repeats={args.repeats}",
     ]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_child(__file__, cmd, timeout=None)
 
 
 def parse_device(name: str) -> torch.device:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
+from child_result import run_child
 
 
 def sync(device: str) -> None:
@@ -81,9 +80,8 @@ def main() -> None:
     times: dict[str, list[dict[str, float]]] = {"cpu": [], "neuron": []}
     for _ in range(args.rounds):  # alternating: the host's speed drifts
         for d in ("cpu", "neuron"):
-            cmd = [sys.executable, __file__, "--one", d, "--iters", str(args.iters)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
-            times[d].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            cmd = ["--one", d, "--iters", str(args.iters)]
+            times[d].append(run_child(__file__, cmd, timeout=600))
     print(f"{'workload':<24}{'cpu ms':>10}{'neuron ms':>12}{'neuron/cpu':>12}")
     for name in times["cpu"][0]:
         c = statistics.median(r[name] for r in times["cpu"])
