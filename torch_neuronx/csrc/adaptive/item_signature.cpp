@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/compute_pool.h"
-#include "eager/cpu_alias.h"
+#include "eager/alias_plan.h"
 
 namespace torch_neuronx::adaptive {
 namespace {

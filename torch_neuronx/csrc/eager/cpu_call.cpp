@@ -4,9 +4,9 @@
 
 #include <optional>
 
+#include "eager/device_check.h"
 #include "eager/ivalue_tensors.h"
-#include "eager/op_args.h"
-#include "eager/random_op.h"
+#include "eager/random_op_traits.h"
 
 namespace torch_neuronx {
 namespace {

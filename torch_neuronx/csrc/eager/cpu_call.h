@@ -12,7 +12,7 @@
 
 #include <vector>
 
-#include "eager/cpu_alias.h"
+#include "eager/alias_plan.h"
 #include "eager/op_traits.h"
 
 namespace torch_neuronx {

@@ -8,8 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "eager/device_check.h"
 #include "eager/ivalue_tensors.h"
-#include "eager/op_args.h"
+#include "eager/meta_mirror.h"
 #include "eager/schema_aliases.h"
 
 namespace torch_neuronx {

@@ -16,7 +16,7 @@
 
 #include <vector>
 
-#include "eager/cpu_alias.h"
+#include "eager/alias_plan.h"
 
 namespace torch_neuronx {
 

@@ -11,7 +11,7 @@
 #include <unordered_set>
 
 #include "eager/dtype_widening.h"
-#include "eager/random_op.h"
+#include "eager/random_op_traits.h"
 #include "eager/schema_aliases.h"
 
 namespace torch_neuronx {

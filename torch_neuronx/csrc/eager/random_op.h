@@ -23,12 +23,6 @@
 
 namespace torch_neuronx {
 
-// A `Generator` or `Generator?` argument.
-bool isGeneratorArgument(const c10::Argument& arg);
-
-// Sets traits.draws_random and traits.random_reads_values from the schema.
-void classifyRandomOp(const c10::FunctionSchema& schema, OpTraits& traits);
-
 // The boxed path of a random op (traits.draws_random), its arguments checked
 // and on `device`.
 void runRandomOp(const c10::OperatorHandle& op, OpTraits& traits,

@@ -7,7 +7,7 @@
 #include "core/compute_pool.h"
 #include "core/storage.h"
 #include "core/stream.h"
-#include "eager/cpu_alias.h"
+#include "eager/alias_plan.h"
 #include "eager/cpu_call.h"
 #include "eager/first_call_validation.h"
 #include "eager/ivalue_tensors.h"

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/stream.h"
-#include "eager/cpu_alias.h"
+#include "eager/alias_plan.h"
+#include "eager/device_check.h"
 #include "eager/device_op.h"
 #include "eager/dtype_widening.h"
-#include "eager/op_args.h"
 #include "eager/op_stats.h"
 #include "eager/run_on_device.h"
 #include "profiler/op_cost.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "eager/cpu_alias.h"
+#include "eager/alias_plan.h"
 #include "eager/host_fallback_ops.h"
 #include "profiler/device_timeline.h"
 

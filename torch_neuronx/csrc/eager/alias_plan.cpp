@@ -1,4 +1,4 @@
-#include "eager/cpu_alias.h"
+#include "eager/alias_plan.h"
 
 #include <c10/core/TensorImpl.h>
 #include <c10/util/accumulate.h>

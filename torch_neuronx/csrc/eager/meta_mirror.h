@@ -1,10 +1,8 @@
-// Mirrors of neuron tensors over another storage: CPU aliases of device
-// memory (eager/cpu_alias.h) and meta mirrors for Meta kernels
-// (eager/op_args.h) are both built from these two pieces.
+// Meta mirrors of an op's arguments, at launch on the host: its output
+// metadata comes from Meta kernels without touching device memory.
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/DispatchKey.h>
 #include <c10/core/Storage.h>
 
 #include <utility>
@@ -29,10 +27,15 @@ class StorageMap {
   std::vector<std::pair<c10::StorageImpl*, c10::Storage>> storages_;
 };
 
-// A tensor over `storage` with `like`'s dtype, geometry and lazy conj/neg
-// bits, for dispatch key `key`. An inference tensor: no version counter to
-// allocate, no autograd keys.
-at::Tensor tensorOver(const c10::Storage& storage, c10::DispatchKey key,
-                      const at::Tensor& like);
+// Mirrors tensors as meta tensors with the same geometry. Arguments that
+// share a device storage get mirrors that share one meta storage, so Meta
+// kernels see the same aliasing (and views map back to their base).
+class MetaMirror {
+ public:
+  at::Tensor operator()(const at::Tensor& t);
+
+ private:
+  StorageMap storages_;
+};
 
 }  // namespace torch_neuronx

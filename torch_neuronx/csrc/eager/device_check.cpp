@@ -1,4 +1,4 @@
-#include "eager/op_args.h"
+#include "eager/device_check.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
@@ -60,23 +60,6 @@ c10::DeviceIndex DeviceCheck::finish() {
   if (device_ < 0) device_ = currentDevice();
   if (other_) otherDeviceType(neuronDevice(device_), *other_, other_arg_);
   return device_;
-}
-
-at::Tensor MetaMirror::operator()(const at::Tensor& t) {
-  if (!t.defined()) return t;
-  if (!isNeuron(t)) {
-    // A Python number (wrapped number) goes to the Meta kernel as it is:
-    // Meta kernels take those beside meta tensors, and Python meta kernels
-    // require them on the CPU. Other CPU scalars become 0-dim meta tensors,
-    // which every Meta kernel accepts.
-    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
-    return at::empty({}, t.options().device(c10::kMeta));
-  }
-  const c10::Storage& meta = storages_.get(t, [](const at::Tensor& d) {
-    return c10::Storage(c10::Storage::use_byte_size_t(), d.storage().nbytes(),
-                        c10::GetAllocator(c10::kMeta), /*resizable=*/true);
-  });
-  return tensorOver(meta, c10::DispatchKey::Meta, t);
 }
 
 }  // namespace torch_neuronx

@@ -1,17 +1,11 @@
-// Host-side handling of an op's arguments at launch: finding the device the
-// op runs on (PyTorch's same-device rule), and mirroring arguments as meta
-// tensors so output metadata can be computed without touching device memory.
+// Finding the device an op runs on, at launch on the host: PyTorch's
+// same-device rule, with TorchNeuron's wording for a tensor of another device.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
-#include <c10/core/Storage.h>
 
 #include <optional>
-#include <utility>
-#include <vector>
-
-#include "eager/tensor_mirror.h"
 
 namespace torch_neuronx {
 
@@ -34,17 +28,6 @@ class DeviceCheck {
   c10::DeviceIndex device_ = -1;
   std::optional<c10::Device> other_;
   const char* other_arg_ = nullptr;
-};
-
-// Mirrors tensors as meta tensors with the same geometry. Arguments that
-// share a device storage get mirrors that share one meta storage, so Meta
-// kernels see the same aliasing (and views map back to their base).
-class MetaMirror {
- public:
-  at::Tensor operator()(const at::Tensor& t);
-
- private:
-  StorageMap storages_;
 };
 
 }  // namespace torch_neuronx
