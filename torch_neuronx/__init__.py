@@ -21,28 +21,37 @@ def _autoload() -> None:
 
 import torch  # noqa: E402  (after _autoload, see above)
 
+# The parts that do not load _C (which must wait for step 1 of _register);
+# _register installs them in its steps.
+from . import (  # noqa: E402
+    flex_attention_support,
+    higher_order_ops_autocast,
+    multiprocessing,
+    safetensors_support,
+    tensor_str_support,
+    torchtitan_support,
+)
+from .nki import aten_routing as _aten_routing  # noqa: E402
+
 
 def _register():
     """Makes ``neuron`` a PyTorch device. Each step needs the ones before it;
     returns the device module."""
     # 1. The name first: _C registers the backend with c10/ATen when it loads.
     torch.utils.rename_privateuse1_backend("neuron")
-    from . import _C, neuron  # noqa: F401  (_C: loaded by neuron)
-
-    # 2. Op tracking from TORCH_NEURONX_OP_TRACKING, before any op runs.
-    from .op_stats import _track_from_env
-
-    _track_from_env()
-
-    # Adaptive eager from TORCH_NEURONX_ADAPTIVE_EAGER, before any op runs.
+    # order: these load _C (directly or through neuron), so only after step 1.
+    from . import _C, distributed, neuron, op_stats  # noqa: F401  (_C: loaded by neuron)
+    from .compile import registration as compile_registration
     from .neuron.adaptive_eager import apply_env as _adaptive_from_env
 
+    # 2. Op tracking from TORCH_NEURONX_OP_TRACKING, before any op runs.
+    op_stats._track_from_env()
+
+    # Adaptive eager from TORCH_NEURONX_ADAPTIVE_EAGER, before any op runs.
     _adaptive_from_env()
 
     # 3. torch.compile: the program cache directory, and hooks that register
     # neuron with Dynamo/Inductor when they are first imported.
-    from .compile import registration as compile_registration
-
     compile_registration.install()
 
     # 4. torch.neuron: the package torch_neuronx.neuron (TorchNeuron's spelling).
@@ -52,30 +61,18 @@ def _register():
     # 5. Tensor/Module methods (.neuron(), .is_neuron); sending a neuron tensor
     # to another process raises a clear error (after torch.multiprocessing
     # registered its own reducers).
-    from .multiprocessing import register_reducers
-
-    register_reducers()
+    multiprocessing.register_reducers()
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
 
     # 6. torch.distributed's `neuron` backend and its shims.
-    from . import distributed
-
     distributed.register()
 
     # 7. Libraries that do not know the device yet: safetensors' device names,
     # FlexAttention's device list, higher-order operators under neuron autocast,
     # TorchTitan's unconditional Triton import; and torch's tensor printing, whose
     # functorch guard outlives a device error raised while printing.
-    from . import (
-        flex_attention_support,
-        higher_order_ops_autocast,
-        safetensors_support,
-        tensor_str_support,
-        torchtitan_support,
-    )
-
     safetensors_support.install()
     higher_order_ops_autocast.install()
     flex_attention_support.install()
@@ -87,12 +84,10 @@ def _register():
     # and scaled_dot_product_attention / rms_norm routed to NKI kernels
     # (TORCH_NEURONX_DISABLE_NKI_KERNELS=1: off).
     try:
-        import _torch_neuronx_nki  # noqa: F401
+        import _torch_neuronx_nki  # noqa: F401  optional: absent from a bare source tree
     except ImportError:  # not installed as a distribution (a bare source tree)
         pass
-    from .nki import aten_routing
-
-    aten_routing.register()
+    _aten_routing.register()
 
     # 9. Queued device work finishes before the interpreter exits.
     atexit.register(_drain_at_exit)
@@ -113,11 +108,7 @@ def _alias_submodules(neuron) -> None:
 def _drain_at_exit() -> None:
     # Queued device work must finish before the interpreter and the C++
     # statics it uses are torn down; errors no longer have anyone to go to.
-    from . import _C
-
     if _C._is_initialized() and not _C._is_in_bad_fork():
-        from .neuron.device import _device_range
-
         for i in _device_range():
             try:
                 _C._synchronize(i)
@@ -126,6 +117,10 @@ def _drain_at_exit() -> None:
 
 
 neuron = _register()
+
+# After _register(): loading _C needs the device's name.
+from . import _C, op_stats  # noqa: E402
+from .neuron.device import _device_range  # noqa: E402
 
 # Every torch.neuron.<name> is also torch_neuronx.<name>; the package's own
 # names besides.
@@ -137,15 +132,13 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name in _OP_TRACKING:
-        from . import op_stats
-
         value = getattr(op_stats, name)
     elif name in ("nki_op", "wrap_nki"):
-        from .nki import torch_ops
+        from .nki import torch_ops  # lazy: imports Dynamo and Inductor (seconds)
 
         value = getattr(torch_ops, name)
     elif name == "nki_jit":
-        from .nki.kernel import nki_jit
+        from .nki.kernel import nki_jit  # lazy: the NKI front end, ~30 ms
 
         value = nki_jit
     else:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torch.utils import cpp_extension as _torch_cpp_extension
+
 __all__ = ["get_include", "get_library_dirs", "include_paths", "library_paths", "ldflags", "load"]
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -57,9 +59,7 @@ def ldflags() -> list[str]:
 
 def load(name: str, sources, *, extra_include_paths=(), extra_ldflags=(), **kwargs):
     """``torch.utils.cpp_extension.load`` with the neuron API's headers and library added."""
-    from torch.utils import cpp_extension
-
-    return cpp_extension.load(
+    return _torch_cpp_extension.load(
         name,
         sources,
         extra_include_paths=[*include_paths(), *extra_include_paths],

@@ -22,6 +22,10 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+from torch.amp.autocast_mode import _cast
+
 from ._import_hooks import on_import
 from ._monkey_patch import mark, wrap
 
@@ -66,10 +70,6 @@ def _autocast_on_neuron(hop_module: ModuleType) -> None:
     are cast to the region's dtype, then the operator runs with neuron's autocast
     key excluded.
     """
-    import torch
-    from torch._C import DispatchKey, DispatchKeySet
-    from torch.amp.autocast_mode import _cast
-
     hop = hop_module.flex_attention
     if DispatchKey.AutocastPrivateUse1 in hop.py_kernels:
         return

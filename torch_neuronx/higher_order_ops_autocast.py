@@ -16,12 +16,12 @@ flex_attention_support.py).
 
 from __future__ import annotations
 
+from torch import _ops
+from torch._C import DispatchKey
+
 
 def install() -> None:
-    """Called once when torch_neuronx loads (torch._ops is loaded with torch)."""
-    from torch import _ops
-    from torch._C import DispatchKey
-
+    """Called once when torch_neuronx loads."""
     key = DispatchKey.AutocastPrivateUse1
     defaults = _ops._HIGHER_ORDER_OP_DEFAULT_FALLTHROUGH_DISPATCH_KEYS
     if key in defaults:

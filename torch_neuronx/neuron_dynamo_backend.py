@@ -16,7 +16,7 @@ from .compile.backend import (
     neuron_backend,
     set_model_name,
 )
-from .compile.metrics import (
+from .neuron.compilation_metrics import (
     NeuronCompilationMetrics,
     get_dynamo_metrics,
     reset_dynamo_metrics,

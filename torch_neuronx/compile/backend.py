@@ -29,6 +29,10 @@ Random ops draw the numbers they draw eagerly (Inductor's ``fallback_random``:
 each is the ATen op, launched in program order, so it claims the same (seed,
 offset) from the neuron generator as in eager mode, and dropout's backward uses
 the mask its forward drew).
+
+Importing this module imports neither Dynamo nor Inductor (each costs seconds; the
+``torch_dynamo_backends`` entry point and ``neuron_dynamo_backend`` import it): the
+functions that use them import them when called.
 """
 
 from __future__ import annotations
@@ -244,7 +248,7 @@ def _with_execution_fallback(compiled, gm: torch.fx.GraphModule, fallback: Fallb
             if reason is not None:
                 e.args = (f"{e.args[0]}\nNot run eagerly instead: {reason}.",)
                 raise
-            from torch._dynamo.utils import counters
+            from torch._dynamo.utils import counters  # lazy: Dynamo (module docstring)
 
             counters["neuron"]["execution_fallbacks"] += 1
             warnings.warn(
@@ -263,7 +267,7 @@ def _config_patches(mode: str | None, options: dict[str, Any]) -> tuple[dict[str
     are captured and replayed (``triton.cudagraphs``, which mode="reduce-overhead"
     sets: CUDA graph trees are CUDA's, neuron captures graphs itself, see
     captured_call.py)."""
-    from torch._inductor import list_mode_options
+    from torch._inductor import list_mode_options  # lazy: Inductor (module docstring)
 
     # Random ops as in eager mode (module docstring); an option may turn it off.
     patches: dict[str, Any] = {"fallback_random": True}
@@ -282,6 +286,7 @@ def _dynamo_control_flow() -> tuple[type[BaseException], ...]:
     ``**`` on the call that made it dynamic), a request to skip the frame, a shortened
     traceback, and ``IndexError`` (the user's dim out of range stays an IndexError).
     None of them is a failure to compile: not a NEFFCompilationError, no fallback."""
+    # lazy: Dynamo (module docstring)
     from torch._dynamo.exc import RestartAnalysis, ShortenTraceback, SkipFrame
 
     return (RestartAnalysis, ShortenTraceback, SkipFrame, IndexError)
@@ -294,6 +299,7 @@ def neuron_backend(
     options: dict[str, Any] | None = None,
 ):
     """The ``neuron`` compile backend (see the module docstring)."""
+    # lazy: Inductor, and inductor_device imports it (module docstring)
     from torch._inductor.compile_fx import compile_fx
 
     from .inductor_device import register
@@ -306,7 +312,7 @@ def neuron_backend(
     compile_kwargs: dict[str, Any] = {}
     cache_patch = contextlib.nullcontext()
     if captures:
-        from .captured_call import capturing_inner_compile
+        from .captured_call import capturing_inner_compile  # lazy: imports Inductor
 
         compile_kwargs["inner_compile"] = capturing_inner_compile
         # A graph from AOTAutograd's cache skips inner_compile: the capture

@@ -18,6 +18,8 @@ idea on neuron, applied to each graph Inductor compiles (``inner_compile``):
 - one capture per set of input shapes (dynamic shapes), up to ``MAX_CAPTURES``;
 - a graph that cannot be captured (random ops, CPU tensors read by its kernels,
   host waits) runs as it did before, after one warning naming the reason.
+
+It imports Inductor: ``backend.py`` imports it when a graph is compiled so.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._inductor.compile_fx import compile_fx_inner
+from torch._inductor.utils import output_node
 
 from ..neuron.graphs import NeuronGraph, graph
 
@@ -233,15 +237,11 @@ class CapturedCall:
 
 def capturing_inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """Inductor's ``compile_fx_inner``, its compiled graph then replayed from a capture."""
-    from torch._inductor.compile_fx import compile_fx_inner
-
     compiled = compile_fx_inner(gm, example_inputs, **kwargs)
     call = getattr(compiled, "current_callable", None)
     if call is None:
         return compiled
     phase = "backward" if kwargs.get("is_backward") else "forward"
-    from torch._inductor.utils import output_node
-
     # Inductor marks which outputs the model returns (the rest: activations saved
     # for the backward, gradients); with no marks, all of them.
     outputs = output_node(gm)

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import GraphModule, Node
 
+from . import env_flag
+
 CPU = torch.device("cpu")
 
 
@@ -234,8 +236,6 @@ def retain_device_mode() -> bool:
     """TORCH_NEURONX_RETAIN_DEVICE_MODE=1 (TorchNeuron's): the outputs of a CPU graph
     come back to the CPU, where its inputs were (for code and test suites that
     expect the device they passed in)."""
-    from . import env_flag
-
     return env_flag("TORCH_NEURONX_RETAIN_DEVICE_MODE")
 
 

@@ -24,6 +24,8 @@ of fused kernels. The block mask's sparse block lists are not used to skip
 blocks: the dense form evaluates ``mask_mod`` at every (query, key) position, which
 gives the same result (the block lists are derived from ``mask_mod``); the cost is
 that of attention with a dense mask, O(L·S) memory per head.
+
+Imported by ``inductor_device`` (with Inductor) only.
 """
 
 from __future__ import annotations
@@ -33,11 +35,24 @@ import operator
 
 import torch
 import torch.utils._pytree as pytree
+from torch._dynamo.utils import counters
+from torch._higher_order_ops.flex_attention import (
+    flex_attention,
+    flex_attention_backward,
+    sdpa_dense,
+    sdpa_dense_backward,
+)
+from torch._inductor.pattern_matcher import (
+    CallFunctionVarArgs,
+    PatternMatcherPass,
+    fwd_only,
+    register_graph_pattern,
+)
+from torch._inductor.virtualized import V
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 
 def _targets() -> tuple:
-    from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
-
     return flex_attention, flex_attention_backward
 
 
@@ -48,19 +63,11 @@ def has_flex_attention(graph: torch.fx.Graph) -> bool:
 
 def _dense(target):
     """The HOP's eager (CompositeExplicitAutograd) implementation."""
-    from torch._higher_order_ops.flex_attention import (
-        flex_attention,
-        sdpa_dense,
-        sdpa_dense_backward,
-    )
-
     return sdpa_dense if target is flex_attention else sdpa_dense_backward
 
 
 def _kernel_options(node: torch.fx.Node) -> dict:
     """The kernel_options argument of a flex_attention(_backward) call."""
-    from torch._higher_order_ops.flex_attention import flex_attention
-
     index = 6 if node.target is flex_attention else 11
     options = node.args[index] if len(node.args) > index else {}
     return options if isinstance(options, dict) else {}
@@ -71,8 +78,6 @@ def _captured_grads_needed(node: torch.fx.Node, gm: torch.fx.GraphModule) -> lis
     get a gradient (a learned bias). Its joint graph (traced by AOTAutograd, when
     requires_grad was known) returns the gradients of (score, b, h, q_idx, kv_idx,
     *captured), None for a tensor that needs none."""
-    from torch._higher_order_ops.flex_attention import flex_attention_backward
-
     if node.target is not flex_attention_backward:
         return []
     joint = node.args[8]
@@ -130,10 +135,6 @@ def _trace(fn, example_values) -> torch.fx.GraphModule:
     post-grad replacements are), its scalar tensor constants (the dense forms'
     ``torch.tensor(-inf)``) made ``full`` calls: the pattern matcher inlines
     operator calls only, and a constant would be a real tensor in a fake graph."""
-    from torch._inductor.pattern_matcher import fwd_only
-    from torch._inductor.virtualized import V
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
     gm = fwd_only(fn, example_values, run_functional_passes=True)
     for node in list(gm.graph.nodes):
         if node.op != "get_attr":
@@ -166,12 +167,6 @@ def _trace(fn, example_values) -> torch.fx.GraphModule:
 
 @functools.cache
 def _patterns():
-    from torch._inductor.pattern_matcher import (
-        CallFunctionVarArgs,
-        PatternMatcherPass,
-        register_graph_pattern,
-    )
-
     patterns = PatternMatcherPass(pass_name="neuron_flex_attention_dense")
     for target in _targets():
         register_graph_pattern(
@@ -192,8 +187,6 @@ def decompose(gm: torch.fx.GraphModule) -> bool:
     """Replaces every FlexAttention HOP call on neuron in ``gm`` by its dense form
     (module docstring); whether there was one. The subgraphs left without users are
     removed."""
-    from torch._dynamo.utils import counters
-
     if not has_flex_attention(gm.graph) or not _patterns().apply(gm.graph):
         return False
     counters["neuron"]["flex_attention_dense"] += 1

@@ -11,15 +11,22 @@ and ``backend="neuron"`` use this.
 ``register()`` runs when Inductor's ``compile_fx`` is first imported (an
 import hook set by ``registration.py``: before Inductor registers devices on its own,
 which would drop the cache-version pass), or when Inductor asks the device
-module ``torch.neuron`` for ``Scheduling`` & co. (``torch_neuronx/neuron/__init__.py``'s
-``__getattr__``).
-Importing torch_neuronx does not import Inductor.
+module ``torch.neuron`` for ``Scheduling`` & co. (``registration.py`` answers
+for it). Importing torch_neuronx does not import this module, nor Inductor.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+
 import torch
-from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
+from torch._dynamo.device_interface import (
+    CpuDeviceProperties,
+    CpuInterface,
+    register_interface_for_device,
+)
+from torch._guards import CompileContext
+from torch._inductor import config
 from torch._inductor.codegen.common import (
     register_backend_for_device,
     register_device_op_overrides,
@@ -30,6 +37,12 @@ from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.custom_graph_pass import CustomGraphModulePass
 from torch._inductor.virtualized import V
+
+from ..nki import aten_routing
+
+# bernoulli_fallback: also the pass's custom op, which graphs from Inductor's
+# cache call too (defined on import).
+from . import bernoulli_fallback, env_flag, flex_attention, float8
 
 # Bumped when the generated wrapper code or the graph pass changes, so that
 # graphs cached by another version are not reused: Inductor's FX graph cache key
@@ -44,8 +57,6 @@ class NeuronGraphPass(CustomGraphModulePass):
     ``bernoulli`` as a fallback with a result of its own (``bernoulli_fallback.py``)."""
 
     def __call__(self, gm) -> None:
-        from . import bernoulli_fallback, flex_attention, float8
-
         changed = flex_attention.decompose(gm)
         changed |= bernoulli_fallback.rewrite(gm) > 0
         if float8.rewrite(gm.graph) or changed:
@@ -57,8 +68,6 @@ class NeuronGraphPass(CustomGraphModulePass):
         # TORCH_NEURONX_DISABLE_NKI_KERNELS, TORCH_NEURONX_SIMULATE_NKI_ATTENTION)
         # is decided while a graph is traced: a graph cached with the routing on
         # must not serve a process that turned it off, and the reverse.
-        from ..nki import aten_routing
-
         nki = "nki" if aten_routing.enabled() else "no-nki"
         attention = "nki-attention" if aten_routing.simulates_attention() else "cpu-attention"
         return f"torch_neuronx-inductor-wrapper-{CODEGEN_VERSION}-{nki}-{attention}"
@@ -85,10 +94,6 @@ class NeuronInterface(CpuInterface):
 
         @staticmethod
         def get_device_properties(device=None):
-            import multiprocessing
-
-            from torch._dynamo.device_interface import CpuDeviceProperties
-
             # The kernels Inductor generates run on the host's cores.
             return CpuDeviceProperties(multiprocessing.cpu_count())
 
@@ -118,8 +123,6 @@ class NeuronInterface(CpuInterface):
 
 
 def _program_name() -> str:
-    from torch._guards import CompileContext
-
     compile_id = CompileContext.current_compile_id()
     phase = V.graph.get_training_phase() if hasattr(V.graph, "get_training_phase") else ""
     name = f"compiled graph {compile_id}" if compile_id is not None else "compiled graph"
@@ -197,8 +200,6 @@ def _settings_for_cpp_kernels_on_a_device() -> None:
         settings that only non-CPU devices read, so CPU compiles are unchanged (this CPU
         build of torch has no GPU devices).
     """
-    from torch._inductor import config
-
     config.cuda_backend = "cpp"
     config.loop_ordering_after_fusion = False
     config.loop_reindexing_after_fusion = False
@@ -217,10 +218,6 @@ def _apply_cache_settings() -> None:
     """TORCH_NEURONX_NEFF_DISABLE_CACHE (TorchNeuron's name): Inductor's caches
     (which hold the compiled programs, kernel libraries here, not NEFF files) off.
     (The cache directory: ``compile.use_cache_dir_from_env``.)"""
-    from torch._inductor import config
-
-    from . import env_flag
-
     if env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE"):
         config.force_disable_caches = True
 
@@ -231,9 +228,6 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    # The pass's custom op, which graphs from Inductor's cache call too.
-    from . import bernoulli_fallback  # noqa: F401
-
     _settings_for_cpp_kernels_on_a_device()
     _apply_cache_settings()
     register_interface_for_device("neuron", NeuronInterface)

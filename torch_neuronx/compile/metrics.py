@@ -1,5 +1,5 @@
-"""What ``torch.neuron.get_dynamo_metrics()`` reports: one record per graph the
-``neuron`` backend compiled (TorchNeuron's ``NeuronCompilationMetrics`` fields),
+"""Times each graph the ``neuron`` backend compiles, for
+``torch.neuron.get_dynamo_metrics()`` (the records: ``neuron/compilation_metrics.py``)
 and ``torch._dynamo.utils.counters["neuron"]``.
 
 The phase times come from Inductor's own timers
@@ -15,13 +15,15 @@ import itertools
 import re
 import threading
 import time
-from dataclasses import dataclass
 
 import torch
+from torch._guards import CompileContext
+
+from ..neuron import compilation_metrics
+from ..neuron.compilation_metrics import NeuronCompilationMetrics
 
 _lock = threading.Lock()
 _ids = itertools.count()
-_graphs: list[NeuronCompilationMetrics] = []
 
 # Inductor's timers (compilation_time_metrics keys) of the phases. Compiling
 # is code generation, the C++ compiler and loading (compile_to_module), or only
@@ -30,21 +32,6 @@ _graphs: list[NeuronCompilationMetrics] = []
 _LOWER = "GraphLowering.run"
 _COMPILE = "GraphLowering.compile_to_module"
 _LOAD_CACHED = "PyCodeCache.load_by_key_path"
-
-
-@dataclass
-class NeuronCompilationMetrics:
-    graph_id: int
-    graph_name: str
-    model_name: str | None
-    has_collectives: bool
-    graph_node_count: int
-    timestamp: float
-    torch_neuronx_fx_passes_us: int = 0
-    torch_neuronx_lower_us: int = 0
-    torch_neuronx_compile_us: int = 0
-    compile_seconds: float = 0.0  # the whole backend call, wall clock
-    fell_back: bool = False  # ran eagerly: the graph could not be compiled
 
 
 def _has_collectives(gm: torch.fx.GraphModule) -> bool:
@@ -57,6 +44,8 @@ def _has_collectives(gm: torch.fx.GraphModule) -> bool:
 
 
 def _timers() -> dict[str, float]:
+    # lazy: Dynamo costs seconds, and importing the backend (which imports this
+    # module) imports neither Dynamo nor Inductor (backend.py)
     from torch._dynamo.utils import compilation_time_metrics
 
     return {k: sum(v) for k, v in compilation_time_metrics.items()}
@@ -66,8 +55,6 @@ class GraphTimer:
     """Times one backend call of one graph."""
 
     def __init__(self, gm: torch.fx.GraphModule, model_name: str | None) -> None:
-        from torch._guards import CompileContext
-
         with _lock:
             graph_id = next(_ids)
         compile_id = CompileContext.current_compile_id()
@@ -87,7 +74,7 @@ class GraphTimer:
         self._start = time.perf_counter()
 
     def finish(self, fell_back: bool) -> NeuronCompilationMetrics:
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import counters  # lazy: Dynamo (see _timers)
 
         r = self.record
         r.compile_seconds = time.perf_counter() - self._start
@@ -99,8 +86,7 @@ class GraphTimer:
         r.torch_neuronx_lower_us = int(lower * 1e6)
         r.torch_neuronx_compile_us = int(compiled * 1e6)
         r.torch_neuronx_fx_passes_us = int(max(r.compile_seconds - lower - compiled, 0.0) * 1e6)
-        with _lock:
-            _graphs.append(r)
+        compilation_metrics.add(r)
         counters["neuron"]["compiled_graphs" if not fell_back else "eager_fallbacks"] += 1
         if r.has_collectives:
             counters["neuron"]["graphs_with_collectives"] += 1
@@ -109,14 +95,3 @@ class GraphTimer:
 
 def _name_part(name: str) -> str:
     return re.sub(r"\W", "_", name)
-
-
-def get_dynamo_metrics() -> list[NeuronCompilationMetrics]:
-    """One record per graph the ``neuron`` compile backend handled, oldest first."""
-    with _lock:
-        return list(_graphs)
-
-
-def reset_dynamo_metrics() -> None:
-    with _lock:
-        _graphs.clear()

@@ -17,6 +17,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from torch.compiler._cache import CacheArtifactManager
+
 from .._monkey_patch import wrap
 
 ARTIFACT_TYPE = "neuron_neff"
@@ -26,6 +28,7 @@ _recorded: set[str] = set()
 
 
 def _cache_root() -> str:
+    # lazy: torch._inductor costs seconds, and this module is imported with torch
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return os.path.realpath(cache_dir())
@@ -33,8 +36,6 @@ def _cache_root() -> str:
 
 def record_library(path: str) -> None:
     """Records the library at ``path`` (once per process) if it is in the cache."""
-    from torch.compiler._cache import CacheArtifactManager
-
     real = os.path.realpath(path)
     root = _cache_root()
     if not real.startswith(root + os.sep):

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from .. import neuron
 from .._import_hooks import on_import
-from . import use_cache_dir_from_env
+from . import program_cache, rng_state_ops, use_cache_dir_from_env
 
 
 def install() -> None:
     """Called once when torch_neuronx loads."""
     use_cache_dir_from_env()
+    neuron._resolve_inductor_name = _inductor_name
     on_import("torch._inductor.compile_fx", _register_with_inductor)
     on_import("torch._dynamo.trace_rules", _dynamo_skips_runtime)
     on_import("torch.compiler._cache", _register_program_artifacts)
@@ -26,22 +28,16 @@ def install() -> None:
 def _add_neuron_rng_state_ops(module: ModuleType) -> None:
     # AOTAutograd's RNG-state operators (activation checkpointing under
     # torch.compile) know only built-in devices (compile/rng_state_ops.py).
-    from .rng_state_ops import register
-
-    register()
+    rng_state_ops.register()
 
 
 def _register_program_artifacts(cache_module: ModuleType) -> None:
     # Before load_cache_artifacts() can meet one (compile/program_cache.py).
-    from .program_cache import register_artifact_type
-
-    register_artifact_type(cache_module)
+    program_cache.register_artifact_type(cache_module)
 
 
 def _record_loaded_programs(codecache: ModuleType) -> None:
-    from .program_cache import record_loaded_libraries
-
-    record_loaded_libraries(codecache)
+    program_cache.record_loaded_libraries(codecache)
 
 
 def _dynamo_skips_runtime(trace_rules: ModuleType) -> None:
@@ -55,6 +51,19 @@ def _dynamo_skips_runtime(trace_rules: ModuleType) -> None:
 def _register_with_inductor(module: ModuleType) -> None:
     # Not a patch: neuron registers as an Inductor device as soon as Inductor
     # can compile (torch_neuronx/compile/inductor_device.py says why then).
-    from .inductor_device import register
+    from .inductor_device import register  # lazy: imports Inductor (seconds)
 
     register()
+
+
+def _inductor_name(name: str) -> type:
+    """``torch.neuron.Scheduling`` & co.: what Inductor asks the device module for
+    when it registers devices on its own (``torch_neuronx/neuron/__init__.py``)."""
+    from . import inductor_device  # lazy: imports Inductor (seconds)
+
+    inductor_device.register()
+    return {
+        "Scheduling": inductor_device.Scheduling,
+        "PythonWrapperCodegen": inductor_device.NeuronPythonWrapperCodegen,
+        "CppWrapperCodegen": inductor_device.CppWrapperCodegen,
+    }[name]

@@ -26,6 +26,10 @@ from typing import Any
 
 import torch
 from torch._C import DispatchKey
+from torch._higher_order_ops.utils import registered_hop_fake_fns
+from torch._prims import rng_prims
+from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, track_tensor_tree
+from torch.utils import _pytree as pytree
 
 _registered = False
 
@@ -44,9 +48,7 @@ def _run_neuron(rng_state, op, *args, **kwargs):
 
 
 def _on_neuron(args: tuple, kwargs: dict[str, Any]) -> bool:
-    from torch._prims.rng_prims import get_device
-
-    return get_device(args, kwargs) == "neuron"
+    return rng_prims.get_device(args, kwargs) == "neuron"
 
 
 def _neuron_first(upstream, neuron, args_of=lambda a: a):
@@ -67,11 +69,6 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from torch._higher_order_ops.utils import registered_hop_fake_fns
-    from torch._prims import rng_prims
-    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, track_tensor_tree
-    from torch.utils import _pytree as pytree
-
     save, run = rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state
     # save(op, *args): the tensors follow the op; run(state, op, *args): the
     # state and the op come first.

@@ -17,6 +17,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from .. import _C
+from ..neuron.device import _own_device_cores, _set_host_device_cores
 
 BACKEND_NAME = "neuron"
 
@@ -56,8 +57,6 @@ def _share_device_layout(store, rank: int, host_of_rank: list[int]) -> None:
     ``device_count()``; and each index's logical core gives
     ``get_device_properties`` another local rank's devices.
     """
-    from ..neuron.device import _own_device_cores, _set_host_device_cores
-
     size = len(host_of_rank)
     own = _own_device_cores()
     store.set(f"neuron_devices/{rank}", json.dumps(own))

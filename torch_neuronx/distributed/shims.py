@@ -54,9 +54,12 @@ from types import ModuleType
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import distributed as ddp_module
 
 from .._import_hooks import on_import
 from .._monkey_patch import is_patched, mark, wrap
+from .backend import BACKEND_NAME
 
 
 def install() -> None:
@@ -71,8 +74,6 @@ def install() -> None:
 
 def patch_default_process_group_backend() -> None:
     """See the module docstring (the default backend)."""
-    import torch.distributed as dist
-
     if not dist.is_available():
         return
 
@@ -91,8 +92,6 @@ def patch_default_process_group_backend() -> None:
 
 def fake_process_group_on_neuron(fake_pg: ModuleType) -> None:
     """See the module docstring (the "fake" process group)."""
-    import torch.distributed as dist
-
     devices = list(dist.Backend.backend_capability.get(dist.Backend.FAKE, []))
     if "neuron" in devices:
         return
@@ -103,7 +102,6 @@ def fake_process_group_on_neuron(fake_pg: ModuleType) -> None:
 
 def dtensor_test_base_on_neuron(common_dtensor: ModuleType) -> None:
     """See the module docstring (DTensorTestBase)."""
-    from .backend import BACKEND_NAME
 
     def make(original: Any) -> Any:
         @functools.wraps(original)
@@ -123,8 +121,6 @@ _BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
 
 def allow_ddp_bf16_comm_hooks() -> None:
     """See the module docstring (DistributedDataParallel's bf16 compression hooks)."""
-    from torch.nn.parallel import distributed as ddp_module
-
     ddp = ddp_module.DistributedDataParallel
     check = ddp._check_comm_hook
     if is_patched(check):

@@ -8,12 +8,14 @@ step or generate() call on Trainium, from its configuration alone.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+
+from .models import KNOWN_CONFIGS
+from .run import plan_generate, plan_training
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .models import KNOWN_CONFIGS
-
     p = argparse.ArgumentParser(
         prog="python -m torch_neuronx.estimate",
         description=(
@@ -64,8 +66,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _model_arg(model: str):
     if model.endswith(".json"):
-        import json
-
         with open(model) as f:
             return json.load(f)
     return model
@@ -73,8 +73,6 @@ def _model_arg(model: str):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from . import plan_generate, plan_training
-
     overrides = {"num_hidden_layers": args.layers} if args.layers else None
     try:
         if args.generate:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import _C
 from .target import Target
 
 PARTS = ("compute_ns", "dma_ns", "latency_ns", "overlap_ns")
@@ -50,16 +51,9 @@ def _cost(d: dict) -> Cost:
     )
 
 
-def _native():
-    from torch_neuronx import _C
-
-    return _C
-
-
 def has_native_costs() -> bool:
     """Whether the extension has the estimate bindings."""
-    c = _native()
-    return hasattr(c, "_estimate_op") and hasattr(c, "_estimate_collective")
+    return hasattr(_C, "_estimate_op") and hasattr(_C, "_estimate_collective")
 
 
 class CostModel:
@@ -82,7 +76,7 @@ class CostModel:
         c = self._ops.get(key)
         if c is None:
             self.calls += 1
-            d = _native()._estimate_op(
+            d = _C._estimate_op(
                 name, [list(s) for s in sizes], list(itemsizes), self.target.name, self.target.lnc
             )
             c = self._ops[key] = _cost(d)
@@ -95,7 +89,7 @@ class CostModel:
             self.calls += 1
             t = self.target
             # ranks_per_chip: logical cores per chip at this LNC.
-            d = _native()._estimate_collective(
+            d = _C._estimate_collective(
                 kind,
                 float(nbytes),
                 list(ranks),

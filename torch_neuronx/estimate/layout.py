@@ -17,6 +17,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import init_device_mesh
+from torch.optim.optimizer import _get_foreach_kernels_supported_devices
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+# DTensor, its tensor-parallel plans and FSDP2 cost ~1 s to import (a planning run
+# needs them; `import torch_neuronx.estimate`, its CLI's --help and the validation
+# table do not): the functions that use them import them.
 
 
 @dataclass(frozen=True)
@@ -109,8 +117,6 @@ def fake_process_group(world: int):
     """torch.distributed initialized with the fake backend for neuron and the CPU
     (world size ``world``, rank 0), destroyed on exit. Refuses to run inside an
     initialized job: the plan would replace its default group."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
     if dist.is_initialized():
         raise RuntimeError(
             "torch.distributed is already initialized: a planning run needs its own "
@@ -127,8 +133,6 @@ def fake_process_group(world: int):
 def device_mesh(layout: Layout):
     """The (dp, fsdp, tp) mesh over the fake group and its sub-meshes, made outside
     the fake mode (a mesh computes with real CPU tensors)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
     mesh = init_device_mesh(
         "neuron", (layout.dp, layout.fsdp, layout.tp), mesh_dim_names=("dp", "fsdp", "tp")
     )
@@ -137,6 +141,7 @@ def device_mesh(layout: Layout):
 
 
 def _plan_style(style: str, sequence_parallel: bool = False):
+    # lazy: DTensor (see the imports)
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -185,6 +190,7 @@ def tp_plan_for(model, sequence_parallel: bool = False) -> dict:
             )
         }
     if sequence_parallel:
+        # lazy: DTensor (see the imports)
         from torch.distributed.tensor import Replicate, Shard
         from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
 
@@ -215,6 +221,7 @@ def _root_sp_plan(model, vocab_parallel: bool = True) -> dict:
     rows, and its output gathered before lm_head — which stays whole on each
     TP rank as without sequence parallelism, so the loss needs nothing
     parallel."""
+    # lazy: DTensor (see the imports)
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         PrepareModuleInput,
@@ -257,6 +264,7 @@ def apply(
     """TP (with sequence parallelism, optional) on each decoder layer,
     activation checkpointing (optional), FSDP2 on each layer and the root —
     TorchTitan's order. Returns the model (the root may be wrapped)."""
+    # lazy: FSDP2, DTensor (see the imports)
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -275,10 +283,6 @@ def apply(
     elif sequence_parallel:
         raise ValueError("sequence_parallel needs tp > 1 (it shards the sequence over TP ranks)")
     if checkpoint:
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-            checkpoint_wrapper,
-        )
-
         base = model.model
         for i, layer in enumerate(layers):
             base.layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
@@ -296,8 +300,7 @@ def real_foreach(params) -> bool:
     real neuron run (``_default_to_fused_or_foreach``: plain tensors on a device
     with foreach kernels; DTensors — FSDP2, TP — are not plain). Fake parameters
     are a tensor subclass, so the choice is made here and passed explicitly."""
-    from torch.distributed.tensor import DTensor
-    from torch.optim.optimizer import _get_foreach_kernels_supported_devices
+    from torch.distributed.tensor import DTensor  # lazy: DTensor (see the imports)
 
     if "neuron" not in _get_foreach_kernels_supported_devices():
         return False

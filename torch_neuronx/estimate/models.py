@@ -6,6 +6,9 @@ without network access.
 The built-in configurations are the models' published ``config.json`` values
 (the Hugging Face model cards); a name not listed is looked up with
 ``transformers.AutoConfig.from_pretrained`` (network or local cache).
+
+transformers is not a dependency of torch-neuronx (and ~1 s to import): the
+functions that need it import it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 # Published config.json values (huggingface.co/<name>/blob/main/config.json).
 KNOWN_CONFIGS: dict = {
@@ -120,7 +124,7 @@ def parse_dtype(dtype) -> torch.dtype:
 def hf_config(model, overrides: dict | None = None):
     """A transformers config for a name (built-in or looked up), a dict (with
     ``model_type``) or a config object."""
-    import transformers
+    import transformers  # optional: transformers (module docstring)
 
     if isinstance(model, transformers.PretrainedConfig):
         cfg = model
@@ -149,7 +153,7 @@ def hf_config(model, overrides: dict | None = None):
 
 
 def _config_from_dict(d: dict):
-    import transformers
+    import transformers  # optional: transformers (module docstring)
 
     mt = d.pop("model_type", None)
     if mt is None:
@@ -171,7 +175,7 @@ def build_hf_causal_lm(cfg, dtype: torch.dtype):
     """The causal LM of ``cfg`` with parameters in ``dtype``, built on the current
     device and mode (the planning run: fake tensors on neuron), attention through
     PyTorch's SDPA (the eager path's attention on neuron)."""
-    import transformers
+    import transformers  # optional: transformers (module docstring)
 
     cfg._attn_implementation = "sdpa"
     # Parameters are made in the dtype (a fake tensor cannot be converted in
@@ -190,12 +194,10 @@ def transformers_sees_values():
     masking_utils.is_tracing ignores fake tensors (its other checks stay), and the
     reads are answered by the capture mode (Capture._read). Restored on exit."""
     try:
-        import transformers.masking_utils as mu
+        import transformers.masking_utils as mu  # optional: transformers (module docstring)
     except ImportError:
         yield
         return
-    from torch._subclasses.fake_tensor import FakeTensor
-
     orig = mu.is_tracing
 
     def is_tracing(tensor=None):

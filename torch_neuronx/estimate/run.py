@@ -5,6 +5,7 @@ captured items into a Report."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import time
 from collections import defaultdict
@@ -53,6 +54,7 @@ class _Planner:
         self.fake = FakeTensorMode(allow_non_fake_inputs=True)
 
     def capture(self):
+        # lazy: ModTracker imports Dynamo (seconds), DTensor too (layout.py)
         from torch.distributed._tools.mod_tracker import ModTracker
 
         cap = Capture(self.cost, self.memory, ModTracker(), fake_mode=self.fake)
@@ -75,7 +77,7 @@ def _opt_state_tensors(opt) -> list:
 
 
 def _uses_dtensor(params) -> bool:
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # lazy: DTensor (layout.py)
 
     return any(isinstance(p, DTensor) for p in params)
 
@@ -442,9 +444,7 @@ def plan_generate(
         cap = planner.capture()
         # The KV cache's keyword: `cache` in recent transformers, before it
         # `past_key_values` (still accepted, with a deprecation warning).
-        import inspect
-
-        from transformers import DynamicCache
+        from transformers import DynamicCache  # optional: transformers (models.py)
 
         kw = "cache" if "cache" in inspect.signature(m.forward).parameters else "past_key_values"
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import nki
+
 GIB = 1 << 30
 
 # Chip facts the hardware table does not carry: HBM per chip (bytes), chips per
@@ -38,8 +40,6 @@ _CHIP = {
 
 
 def _hardware_table() -> dict:
-    from torch_neuronx import nki
-
     return nki.hardware_targets()
 
 

@@ -16,18 +16,24 @@ prints the table; ``--write-docs docs/profiling.md`` replaces the table
 between the markers of that file's validation section. Nothing here is
 tuned to the published figures: a row outside +-25% stays, with its reason.
 
-The planning machinery is imported inside the row functions only, so this
-module imports without it.
+The NKI rows import NKI's own names (``neuronxcc``) when they run: they may
+be absent (a row that cannot be estimated says why), as may transformers for
+the model rows (``validation_models.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import math
+import multiprocessing
 import sys
 import time
 from dataclasses import dataclass
 
+from .. import _C
+from .. import nki as tnki
+from . import validation_models
 from .published_figures import FIGURES, Figure
 
 TOLERANCE = 0.25
@@ -65,7 +71,7 @@ class Row:
 
 
 def _kernel(name: str):
-    from . import validation_kernels as vk
+    from . import validation_kernels as vk  # optional: imports neuronxcc (module docstring)
 
     family, _, variant = name.partition(":")
     if family == "matmul":
@@ -76,9 +82,7 @@ def _kernel(name: str):
 
 
 def _estimate_nki(fig: Figure) -> tuple[float, str]:
-    import neuronxcc.nki.language as nl
-
-    import torch_neuronx.nki as tnki
+    import neuronxcc.nki.language as nl  # optional: neuronxcc (module docstring)
 
     specs = [tnki.typing.tensor[list(shape), getattr(nl, dt)] for shape, dt in fig.spec["args"]]
     p = tnki.estimate(_kernel(fig.spec["kernel"]), *specs, target=fig.target)
@@ -90,8 +94,6 @@ def _estimate_nki(fig: Figure) -> tuple[float, str]:
 
 
 def _estimate_collective(fig: Figure) -> tuple[float, str]:
-    from .. import _C
-
     if not hasattr(_C, "_estimate_collective"):
         raise RuntimeError("needs torch_neuronx._C._estimate_collective (not built yet)")
     s = fig.spec
@@ -116,8 +118,6 @@ def _estimate_collective(fig: Figure) -> tuple[float, str]:
 
 
 def _estimate_model(fig: Figure) -> tuple[float, str]:
-    from . import validation_models
-
     return validation_models.estimate(fig)
 
 
@@ -157,9 +157,6 @@ def compute(names=None, *, progress=None, jobs: int = 1) -> list[Row]:
     figs = [f for f in FIGURES if wanted is None or f.name in wanted]
     child = None
     if jobs > 1:
-        import concurrent.futures
-        import multiprocessing
-
         nki = [f.name for f in figs if f.spec["kind"] == "nki"]
         if nki:
             pool = concurrent.futures.ProcessPoolExecutor(

@@ -1,6 +1,6 @@
 """The model rows of the validation table: planning runs
 (``torch_neuronx.estimate.plan_training`` / ``plan_generate``) of the published
-workloads. Imported by validation.py only when a model row is estimated.
+workloads (validation.py's model rows).
 
 A row's ``spec`` names the run; rows that read the same run (a generate()'s
 prefill and its decode step) share it: runs are cached by their arguments for
@@ -27,7 +27,10 @@ from __future__ import annotations
 import functools
 import json
 
+import torch
+
 from .published_figures import Figure
+from .run import plan_generate, plan_training
 
 # BERT-Large (google-bert/bert-large-uncased config.json), for the encoder row.
 BERT_LARGE = {
@@ -42,7 +45,7 @@ BERT_LARGE = {
 
 
 def _bert_pretraining(batch: int, seq: int):
-    import torch
+    # optional: transformers is not a dependency (estimate/models.py)
     from transformers import BertConfig, BertForPreTraining
 
     cfg = BertConfig(**BERT_LARGE)
@@ -66,8 +69,6 @@ def _bert_pretraining(batch: int, seq: int):
 
 @functools.cache
 def _run(kind: str, key: str):
-    from . import plan_generate, plan_training
-
     kw = json.loads(key)
     if kind == "generate":
         return plan_generate(kw.pop("model"), **kw)

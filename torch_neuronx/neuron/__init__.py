@@ -3,12 +3,12 @@ CUDA's.
 
 A package of one module per part — ``device`` (which devices exist, the current one,
 synchronisation), ``streams``, ``memory``, ``random``, ``graphs``, ``host_memory``,
-``amp``, ``adaptive_eager``, ``errors`` — whose public names are gathered here.
-``torch_neuronx`` registers it as torch's device module for ``neuron``.
+``amp``, ``adaptive_eager``, ``errors``, ``compilation_metrics`` — whose public names
+are gathered here. ``torch_neuronx`` registers it as torch's device module for
+``neuron``. It does not import ``torch_neuronx.compile`` (which imports it).
 """
 
 from .. import _C
-from ..compile.metrics import get_dynamo_metrics, reset_dynamo_metrics
 from .adaptive_eager import (
     adaptive_eager,
     adaptive_eager_stats,
@@ -18,6 +18,7 @@ from .adaptive_eager import (
     set_adaptive_eager,
 )
 from .amp import get_amp_supported_dtype  # torch.autocast("neuron") looks it up here
+from .compilation_metrics import get_dynamo_metrics, reset_dynamo_metrics
 from .device import (
     NeuronDeviceProperties,
     _lazy_init,  # noqa: F401  (torch looks for it on device modules)
@@ -62,6 +63,7 @@ from .memory import (
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
 )
+from .random import default_generators as _default_generators
 from .random import (
     get_rng_state,
     get_rng_state_all,
@@ -153,9 +155,11 @@ def _is_in_bad_fork() -> bool:
 
 
 # Inductor asks the device module for these when it registers a PrivateUse1
-# device (torch/_inductor/codegen/common.py, init_backend_registration); they
-# import Inductor, so they are resolved only then.
+# device (torch/_inductor/codegen/common.py, init_backend_registration). They are
+# torch_neuronx.compile's and import Inductor: compile/registration.py sets the
+# function that resolves them when torch_neuronx loads.
 _INDUCTOR_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen")
+_resolve_inductor_name = None  # name -> class, set by compile/registration.py
 
 
 def __getattr__(name: str):
@@ -168,16 +172,7 @@ def __getattr__(name: str):
     if name == "default_generators":
         # torch.cuda.default_generators: a tuple of torch.Generator, built on
         # first use (the devices are known only once the runtime is up).
-        from .random import default_generators
-
-        return default_generators()
-    if name in _INDUCTOR_NAMES:
-        from ..compile import inductor_device
-
-        inductor_device.register()
-        return {
-            "Scheduling": inductor_device.Scheduling,
-            "PythonWrapperCodegen": inductor_device.NeuronPythonWrapperCodegen,
-            "CppWrapperCodegen": inductor_device.CppWrapperCodegen,
-        }[name]
+        return _default_generators()
+    if name in _INDUCTOR_NAMES and _resolve_inductor_name is not None:
+        return _resolve_inductor_name(name)
     raise AttributeError(f"module 'torch.neuron' has no attribute {name!r}")

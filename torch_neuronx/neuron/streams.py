@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .. import _C
 from .device import _check_index, _DeviceLike, _index, _lazy_init
 
 
@@ -190,8 +191,6 @@ class StreamContext:
     def __enter__(self) -> torch.Stream | None:
         if self.stream is None:
             return None
-        from .. import _C
-
         self.prev_device = _C._exchange_device(self.stream.device_index)
         self.prev = current_stream(self.stream.device_index)
         set_stream(self.stream)
@@ -200,8 +199,6 @@ class StreamContext:
     def __exit__(self, *exc: object) -> bool:
         if self.stream is None:
             return False
-        from .. import _C
-
         set_stream(self.prev)
         _C._set_device(self.prev_device)
         return False

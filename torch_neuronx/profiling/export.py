@@ -27,6 +27,9 @@ import time
 import warnings
 import weakref
 
+import torch.distributed as dist
+
+from .. import _C
 from .config import ProfileMode, Settings
 
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -47,8 +50,6 @@ def rank_info() -> tuple[int | None, int | None]:
     torchrun's RANK / WORLD_SIZE (at exit the process group is usually gone
     already), else (None, None)."""
     try:
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank(), dist.get_world_size()
     except Exception:  # a broken group must not stop the export
@@ -240,6 +241,7 @@ def _filter_tables(paths: list[str], settings: Settings, allowed, report) -> Non
     have a ``device`` column."""
     if allowed is None and settings.event_types is None and settings.max_events_per_nc is None:
         return
+    # optional: pyarrow (the tables are Parquet files only when it is installed)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -305,6 +307,7 @@ def _write_host_counters(sampler, directory: str, base_ns: int) -> list[str]:
     rows = sampler.samples
     written = []
     try:
+        # optional: pyarrow (without it, JSON below)
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -364,8 +367,6 @@ def _write_host_counters(sampler, directory: str, base_ns: int) -> list[str]:
 
 def _target() -> dict | None:
     try:
-        from torch_neuronx import _C
-
         return dict(_C._profiler_target())
     except Exception:
         return None

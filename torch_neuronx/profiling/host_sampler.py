@@ -18,7 +18,7 @@ def _psutil():
     """psutil if installed (imported when a sampler starts, not at import:
     torch_neuronx's import pays for this package)."""
     try:
-        import psutil
+        import psutil  # optional: not a dependency (and /proc serves)
     except ImportError:  # /proc then
         return None
     return psutil

@@ -20,6 +20,10 @@ import os
 import sys
 import warnings
 
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from .. import _C
 from . import hooks
 from .config import NeuronConfig, ProfileMode, Settings, parse_core_spec
 
@@ -102,8 +106,6 @@ def maybe_start_inspect_from_env():
     settings = settings_from_env()
     if settings is None:
         return None
-    from torch.profiler import ProfilerActivity, profile
-
     prof = profile(
         activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
         experimental_config=NeuronConfig._from_settings(settings),
@@ -123,11 +125,7 @@ def _stop_at_exit() -> None:
     if prof is None:
         return
     try:
-        from torch_neuronx import _C
-
         if _C._is_initialized() and not _C._is_in_bad_fork():
-            import torch
-
             torch.neuron.synchronize()  # queued work belongs in the profile
     except Exception:
         pass

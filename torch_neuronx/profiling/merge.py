@@ -28,6 +28,7 @@ The merged trace's top level has ``traceEvents``, ``baseTimeNanoseconds``,
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -182,8 +183,6 @@ def merge_traces(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m torch_neuronx.profiling.merge OUT IN...``"""
-    import argparse
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="merged trace (.json or .json.gz)")
     p.add_argument("traces", nargs="+", help="per-rank Chrome traces")

@@ -41,14 +41,13 @@ import numpy as np
 import pandas as pd
 
 import torch_neuronx.profiling.tables as tables
+from torch_neuronx import _C
 
 BOUNDS = ("compute", "memory", "latency", "network")
 
 
 def target() -> dict[str, Any]:
     """The Trainium model the estimates are made with (``_C._profiler_target()``)."""
-    from torch_neuronx import _C
-
     return dict(_C._profiler_target())
 
 

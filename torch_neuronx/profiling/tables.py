@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from torch_neuronx import _C
+
 # Columns of _C._profiler_items(), in the extension's order.
 ITEM_FIELDS = (
     "device",
@@ -304,8 +306,6 @@ def session_items(prof) -> list[dict]:
     cached = getattr(prof, _CACHE_ATTR, None)
     if cached is not None:
         return cached
-    from torch_neuronx import _C
-
     start_ns = _trace_start_ns(prof)
     dev_events = _device_events(prof)
     items = [dict(it) for it in _C._profiler_items()]
@@ -607,6 +607,7 @@ def export_parquet(prof, directory: str | os.PathLike) -> dict[str, Path]:
     Raises OSError naming the path when the directory cannot be created or a file
     cannot be written; prof is not changed and can be exported again.
     """
+    # optional: pyarrow (not needed for the tables themselves, pandas DataFrames)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
