@@ -275,7 +275,7 @@ def _prepare_imports(checkout: Path, permissive: bool) -> None:
         del sys.modules["test"]
     missing = [m for m in _HARNESS_ONLY if importlib.util.find_spec(m) is None]
     sys.meta_path.append(_StubFinder(missing))
-    if importlib.util.find_spec("neuron_dtypes") is None:
+    if "neuron_dtypes" not in sys.modules and importlib.util.find_spec("neuron_dtypes") is None:
         standin = _neuron_dtypes_standin()
         sys.modules["neuron_dtypes"] = standin
         # The compiler's copy of the same helper, imported by a few tests.
