@@ -310,12 +310,7 @@ def _is_whole_buffer(v: View) -> bool:
     itself or a reshape of it (what a result may be)."""
     if v.offset != 0 or v.dyn is not None or math.prod(v.shape) != v.buf.elements:
         return False
-    acc = 1
-    for s, st in zip(reversed(v.shape), reversed(v.strides), strict=True):
-        if s != 1 and st != acc:
-            return False
-        acc *= s
-    return True
+    return v.is_row_major()
 
 
 def _result_structure(ret, t: Trace, views, arg_order, outputs, shapes):

@@ -128,15 +128,17 @@ class View:
             acc *= s
         return cls(buf, 0, buf.shape, tuple(reversed(strides)))
 
-    def covers_buffer(self) -> bool:
-        if self.offset != 0 or self.shape != self.buf.shape:
-            return False
+    def is_row_major(self) -> bool:
+        """Whether the view's elements lie in order, without gaps (any offset)."""
         acc = 1
-        for s, t in zip(reversed(self.shape), reversed(self.strides), strict=False):
+        for s, t in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if s != 1 and t != acc:
                 return False
             acc *= s
         return True
+
+    def covers_buffer(self) -> bool:
+        return self.offset == 0 and self.shape == self.buf.shape and self.is_row_major()
 
     def alias(self, other: View) -> None:
         self.buf, self.offset, self.shape = other.buf, other.offset, other.shape
