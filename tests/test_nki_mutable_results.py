@@ -1,8 +1,9 @@
-"""Kernels in the vendor's common style: outputs declared ``nt.mutable_tensor``,
-stored into and returned (``return y``; ``return c_output, a_input``), called
-through ``wrap_nki`` (eager, with grids, inside ``torch.compile``), through
-``@nki_op`` functions that compute their grid from shapes, directly, and on
-NumPy through ``simulate_kernel`` / ``baremetal``."""
+"""Kernels in the vendor's common style: outputs declared ``nt.mutable_tensor``
+(or, as NKI-lib writes them, plain output arguments), stored into and returned
+(``return y``; ``return c_output, a_input``), called through ``wrap_nki``
+(eager, with grids, inside ``torch.compile``), through ``@nki_op`` functions
+that compute their grid from shapes, directly, and on NumPy through
+``simulate_kernel`` / ``baremetal``."""
 
 import neuronxcc.nki.typing as nt
 import nki
@@ -13,7 +14,6 @@ import torch
 from neuronxcc.nki import baremetal, simulate_kernel
 
 from torch_neuronx import nki_op, wrap_nki
-from torch_neuronx.nki import NKIError
 
 
 @pytest.fixture(autouse=True)
@@ -222,12 +222,35 @@ def test_nki_op_under_autocast_keeps_working():
     torch.testing.assert_close(y.cpu(), (a * b).cpu())
 
 
-def test_a_kernel_writing_an_argument_not_declared_mutable_is_refused():
-    @nki.jit
-    def writes_input(x, y):
-        nl.store(y, value=nl.load(x))
-        return y
+@nki.jit
+def copy_into(x, y):
+    """NKI 0.7/0.8 style (NKI-lib's): the output is an argument, not annotated."""
+    nl.store(y, value=nl.multiply(nl.load(x), 3.0))
 
-    x, y = n(128, 8), n(128, 8)
-    with pytest.raises(NKIError, match="input 'y', which is not declared mutable.*mutable_tensor"):
-        wrap_nki(writes_input)(x, y)
+
+def test_a_kernel_writes_an_unannotated_output_argument_in_place():
+    x, y = n(128, 8), torch.zeros(128, 8, device="neuron")
+    version = y._version
+    assert copy_into(x, y) is None
+    torch.testing.assert_close(y.cpu(), 3 * x.cpu())
+    # Written in place, as by an in-place op: autograd's checks see it.
+    assert y._version > version
+    # The read-only argument is untouched and unbumped.
+    assert x._version == 0
+
+
+def test_wrap_nki_learns_the_written_arguments_from_the_trace_eager_and_compiled():
+    x = n(128, 8)
+    y = torch.zeros(128, 8, device="neuron")
+    wrap_nki(copy_into)(x, y)
+    torch.testing.assert_close(y.cpu(), 3 * x.cpu())
+
+    def f(x, y):
+        wrap_nki(copy_into)(x, y)
+        return y + 1.0
+
+    y2 = torch.zeros(128, 8, device="neuron")
+    out = torch.compile(f, backend="neuron", fullgraph=True)(x, y2)
+    # The mutation reaches the caller's tensor and what reads it afterwards.
+    torch.testing.assert_close(y2.cpu(), 3 * x.cpu())
+    torch.testing.assert_close(out.cpu(), 3 * x.cpu() + 1.0)

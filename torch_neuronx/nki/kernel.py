@@ -46,6 +46,7 @@ class CompiledKernel:
     prints: list  # (prefix, constant, print index)
     result: object  # the kernel's return structure; ("out", k) / ("arg", k) leaves
     trace_locs: list = field(default_factory=list)
+    written: tuple = ()  # positions (among the tensor arguments) the kernel writes
     location_names: list = field(default_factory=list)  # "file:line (kernel)", for device errors
     _profiles: dict = field(default_factory=dict)
 
@@ -74,15 +75,12 @@ class Kernel:
     (``kernel(a, b)``), with a launch grid (``kernel[2, 3](a, b)``), or on
     NumPy arrays."""
 
-    def __init__(self, fn, *, mode: str = "auto", outputs_in_args: bool = False, **options):
+    def __init__(self, fn, *, mode: str = "auto", **options):
         if isinstance(fn, Kernel):
             fn = fn.fn
         self.fn = fn
         self.mode = mode
         self.options = options
-        # Older kernels take their outputs as arguments and write them
-        # (nki.baremetal, nki.simulate_kernel): arguments are writable then.
-        self.outputs_in_args = outputs_in_args
         self._cache: dict = {}
         self._lock = threading.Lock()
         self.last_profile: KernelProfile | None = None
@@ -232,17 +230,13 @@ def _param_mutability(fn, names) -> dict:
 
 
 # Tracing ------------------------------------------------------------------
-def trace_kernel(
-    kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, writable_args: bool = False
-) -> CompiledKernel:
+def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> CompiledKernel:
     fn = kernel.fn
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as e:
         raise TypeError(f"{fn.__qualname__}: {e}") from None
     bound.apply_defaults()
-    names = list(bound.arguments)
-    mutable = _param_mutability(fn, names)
     # Tiles' operators (`a + b`, `t[...] = v`) are the language's functions,
     # which it hands to View when it loads (view.use_language).
     from . import language  # noqa: F401
@@ -256,13 +250,7 @@ def trace_kernel(
         for name, value in bound.arguments.items():
             info = _describe(value)
             if info.kind == "tensor":
-                v = t.argument(
-                    info.dtype,
-                    info.shape,
-                    info.strides,
-                    name,
-                    mutable=mutable.get(name, False) or writable_args,
-                )
+                v = t.argument(info.dtype, info.shape, info.strides, name)
                 views[name] = v
                 arg_order.append(name)
         for n, v in views.items():
@@ -302,6 +290,7 @@ def trace_kernel(
         prints=prints,
         result=structure,
         trace_locs=t.locs,
+        written=tuple(k for k, n in enumerate(arg_order) if views[n].buf.written),
     )
 
 
@@ -460,14 +449,9 @@ def _signature_key(grid, args, kwargs):
     )
 
 
-def compiled_for(
-    kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, writable_args: bool = False
-) -> CompiledKernel:
-    """The kernel's trace for these arguments (cached). `writable_args`:
-    every argument may be written (kernels that take their outputs as
-    arguments: nki.baremetal, simulate_kernel, nki_jit)."""
-    writable_args = writable_args or kernel.outputs_in_args
-    key = (_signature_key(grid, args, kwargs), writable_args)
+def compiled_for(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> CompiledKernel:
+    """The kernel's trace for these arguments (cached)."""
+    key = _signature_key(grid, args, kwargs)
     with kernel._lock:
         ck = kernel._cache.get(key)
     if ck is None:
@@ -476,7 +460,7 @@ def compiled_for(
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            ck = trace_kernel(kernel, grid, args, kwargs, writable_args)
+            ck = trace_kernel(kernel, grid, args, kwargs)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -485,14 +469,12 @@ def compiled_for(
     return ck
 
 
-def launch(
-    kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, outs=None, writable_args: bool = False
-):
+def launch(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, outs=None):
     """Runs the kernel; `outs`: tensors to write its results into (else new)."""
     # A kernel called from inside another kernel is inlined (sub-kernels).
     if getattr(trace_state.state, "trace", None) is not None:
         return kernel.fn(*args, **kwargs)
-    ck = compiled_for(kernel, grid, args, kwargs, writable_args)
+    ck = compiled_for(kernel, grid, args, kwargs)
     kernel.last_profile = ck.profile()
     # Bind in the kernel's parameter order (keyword tensors included).
     bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
@@ -627,6 +609,10 @@ def _run_torch(ck: CompiledKernel, tensors, outs=None):
             ck.program.launch(addrs, index, label, _location_names(ck))
     else:
         raise NKIError(f"NKI kernels run on neuron (or CPU) tensors, not {device.type}")
+    # Arguments written in place are modified tensors, as after an in-place
+    # op: autograd's saved-tensor checks see the change.
+    for k in ck.written:
+        torch.autograd.graph.increment_version(tensors[k])
     if prints:
         _show_prints(
             ck,
@@ -649,7 +635,7 @@ def jit(func=None, *, mode: str = "auto", **kwargs):
 
 def nki_jit(func=None, **kwargs):
     """``torch_neuronx.nki_jit``: the oldest torch entry point; its kernels
-    write results into output arguments."""
+    write results into output arguments (as any kernel may)."""
     if func is None:
-        return lambda f: Kernel(f, outputs_in_args=True, **kwargs)
-    return Kernel(func, outputs_in_args=True, **kwargs)
+        return lambda f: Kernel(f, **kwargs)
+    return Kernel(func, **kwargs)

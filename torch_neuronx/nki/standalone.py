@@ -21,7 +21,7 @@ def simulate_kernel(kernel, *args, **kwargs):
     returns its results as NumPy arrays; arguments it writes are updated in
     place."""
     k, grid = as_kernel(kernel)
-    return launch(k, grid, args, kwargs, writable_args=True)
+    return launch(k, grid, args, kwargs)
 
 
 class _Simulated:
@@ -35,7 +35,7 @@ class _Simulated:
         return _Simulated(self.kernel, _grid_tuple(grid))
 
     def __call__(self, *args, **kwargs):
-        return launch(self.kernel, self.grid, args, kwargs, writable_args=True)
+        return launch(self.kernel, self.grid, args, kwargs)
 
 
 def simulate(kernel):
@@ -45,18 +45,13 @@ def simulate(kernel):
     return _Simulated(k, grid)
 
 
-class _Baremetal(Kernel):
-    def __init__(self, fn, **options):
-        super().__init__(fn, outputs_in_args=True, **options)
-
-
 def baremetal(kernel=None, **kwargs):
     """``nki.baremetal(kernel)(*arrays)``: runs on NumPy arrays (here, on the
     simulator)."""
     if kernel is None:
         return lambda k: baremetal(k, **kwargs)
     k, grid = as_kernel(kernel)
-    b = _Baremetal(k.fn, **kwargs)
+    b = Kernel(k.fn, **kwargs)
     return GridLaunch(b, grid) if grid else b
 
 
@@ -66,7 +61,7 @@ def estimate(kernel, *args, target: str | None = None, **kwargs) -> KernelProfil
     ``target``: a name of ``hardware_targets()`` ("trn1", "trn2", "trn3");
     by default ``default_target()`` ("trn2", NeuronCore-v3)."""
     k, grid = as_kernel(kernel)
-    return compiled_for(k, grid, args, kwargs, writable_args=True).profile(target)
+    return compiled_for(k, grid, args, kwargs).profile(target)
 
 
 class _Latency:
@@ -96,13 +91,13 @@ class _Benchmarked:
         return _Benchmarked(self._kernel, _grid_tuple(grid), self._target, self.warmup, self.iters)
 
     def __call__(self, *args, **kwargs):
-        ck = compiled_for(self._kernel, self._grid, args, kwargs, writable_args=True)
+        ck = compiled_for(self._kernel, self._grid, args, kwargs)
         self.benchmark_result = _BenchmarkResult(ck.profile(self._target))
         if all(
             not hasattr(a, "shape") or isinstance(a, np.ndarray) or hasattr(a, "data_ptr")
             for a in args
         ) and not any(type(a).__name__ == "TensorSpec" for a in args):
-            return launch(self._kernel, self._grid, args, kwargs, writable_args=True)
+            return launch(self._kernel, self._grid, args, kwargs)
         return None
 
 

@@ -5,8 +5,8 @@ through one generic custom op, ``torch.ops.neuron_nki.call``: eager calls
 launch the kernel as one work item; under ``torch.compile`` the call is an
 opaque node of the graph (Dynamo does not trace the kernel, AOTAutograd sees
 the op with its declared mutations) and runs as its own item of the
-compiled program. Arguments annotated ``nt.mutable_tensor`` are written in
-place.
+compiled program. Arguments the kernel writes (annotated
+``nt.mutable_tensor`` or not: its trace says) are written in place.
 
 ``@nki_op("ns::name", mutates_args=...)`` makes a Python function that calls
 kernels into a real custom op ``torch.ops.ns.name`` (``register_autograd``,
@@ -39,17 +39,22 @@ _LAUNCHES: dict = {}
 _LOCK = threading.Lock()
 
 
-def _template(kernel: Kernel, args, kwargs):
-    """Splits a call into its tensors (read-only, written) and the rest."""
+def _template(kernel: Kernel, grid: tuple, args, kwargs):
+    """Splits a call into its tensors (read-only, written) and the rest. A
+    tensor is written when its parameter is annotated ``nt.mutable_tensor``
+    or when the kernel's trace writes it (NKI-lib's output arguments)."""
     import inspect
 
     bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
     bound.apply_defaults()  # as the trace binds them: same tensor order
     mutable = _param_mutability(kernel.fn, list(bound.arguments))
+    written = set(compiled_for(kernel, grid, args, kwargs).written)
     inputs, mutated, template = [], [], {}
+    k = -1
     for name, value in bound.arguments.items():
         if isinstance(value, torch.Tensor):
-            if mutable.get(name):
+            k += 1
+            if mutable.get(name) or k in written:
                 template[name] = ("__mutated__", len(mutated))
                 mutated.append(value)
             else:
@@ -128,7 +133,7 @@ def _nki_call_mutating_fake(key, inputs, mutated, outs):
 
 def call_wrapped(kernel: Kernel, grid: tuple, *args, **kwargs):
     """``wrap_nki(kernel)[grid](*args, **kwargs)``."""
-    template, inputs, mutated = _template(kernel, args, kwargs)
+    template, inputs, mutated = _template(kernel, grid, args, kwargs)
     key = _register(kernel, grid, template)
     filled = _fill(template, inputs, mutated)
     # The structure of the results: the trace knows it (cached).

@@ -112,7 +112,7 @@ class Trace:
         self.buffers.append(b)
         return b
 
-    def argument(self, dtype, shape, strides, name, mutable) -> View:
+    def argument(self, dtype, shape, strides, name) -> View:
         b = self.new_buffer(
             HBM,
             dtype,
@@ -121,7 +121,6 @@ class Trace:
             loc=("<argument>", 0, name),
             external=self.externals,
             initialized=True,
-            mutable=mutable,
             kind="input",
         )
         self.externals += 1
@@ -174,14 +173,11 @@ class Trace:
         idx = self.ninstr
         self.ninstr += 1
         if isinstance(dst, View):
-            if dst.buf.kind == "input" and not dst.buf.mutable:
-                raise error(
-                    f"writes to the kernel input '{dst.buf.name}', which is not declared "
-                    "mutable (annotate the parameter as nt.mutable_tensor, or return a new "
-                    "tensor)",
-                    "immutable-input",
-                    loc,
-                )
+            if dst.buf.kind == "input":
+                # NKI kernels write their output arguments in place (NKI-lib
+                # takes its outputs as arguments, annotated or not): the
+                # launch learns which ones from here (CompiledKernel.written).
+                dst.buf.written = True
             dst.buf.producer = idx if dst.covers_buffer() else -1
             dst.buf.consumed = False
         return idx
@@ -240,8 +236,6 @@ class Trace:
                 or w != tw
             ):
                 return False
-        if target.buf.kind == "input" and not target.buf.mutable:
-            return False
         if target.buf.pending_zero is not None:
             # A whole zeroed PSUM tile: the product is its first value (an
             # accumulation group starts by overwriting). A part of one: the
@@ -255,6 +249,8 @@ class Trace:
             self.words[base + self._FLAGS_WORD] |= FLAG_ACCUMULATE
         target.buf.producer = idx if target.covers_buffer() else -1
         target.buf.consumed = False
+        if target.buf.kind == "input":
+            target.buf.written = True
         value.alias(target)
         return True
 

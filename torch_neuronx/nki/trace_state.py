@@ -90,7 +90,7 @@ class Buf:
         "loc",
         "external",
         "initialized",
-        "mutable",
+        "written",
         "producer",
         "consumed",
         "kind",
@@ -107,7 +107,6 @@ class Buf:
         loc,
         external=-1,
         initialized=False,
-        mutable=True,
         kind="tile",
     ):
         self.index = index
@@ -118,7 +117,7 @@ class Buf:
         self.loc = loc
         self.external = external
         self.initialized = initialized
-        self.mutable = mutable
+        self.written = False  # an argument the kernel writes (in place)
         self.producer = -1  # the instruction that wrote it whole (fusion)
         self.consumed = False
         self.kind = kind  # "tile", "input", "output", "scratch"
