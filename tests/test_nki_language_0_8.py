@@ -5,8 +5,9 @@ result as the kernel's return value. Each kernel is small, written here in the
 style of NKI's documentation, and checked against NumPy on NumPy arrays, CPU
 tensors and neuron tensors."""
 
+import dataclasses
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import neuronxcc.nki.isa as legacy_isa
 import nki
@@ -120,6 +121,61 @@ def test_nki_object_construction_like_a_dataclass_base():
     assert isinstance(ScaleConfig(), nl.NKIObject)
     assert ScaleConfig(cols=4) == ScaleConfig(cols=4)  # the dataclass's own equality
     assert nl.NKIObject is nki.language.NKIObject
+
+
+@dataclass
+class Buffers(nl.NKIObject):
+    """NKI-lib's container style: a @dataclass whose members are plain class
+    attributes (no annotations), filled by keyword."""
+
+    src = None
+    dst = None
+
+
+@dataclass(frozen=True)
+class Limits(nl.NKIObject):
+    low: float
+    high: float = 1.0
+    history: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.history.append("checked")
+
+
+@nki.jit
+def clamp_with_objects(a):
+    limits = Limits(low=-0.5)
+    bufs = Buffers(src=nl.load(a))
+    bufs.dst = nl.minimum(nl.maximum(bufs.src, limits.low), limits.high)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=bufs.dst)
+    return out
+
+
+def test_a_dataclass_nki_object_takes_nki_keywords_and_keeps_dataclass_rules():
+    b = Buffers(src=1, dst=2)  # keywords its dataclass __init__ would refuse
+    assert (b.src, b.dst) == (1, 2)
+    assert Buffers() == Buffers()
+    lim = Limits(-1.0)  # positional, in field order; defaults; default_factory
+    assert (lim.low, lim.high, lim.history) == (-1.0, 1.0, ["checked"])
+    assert Limits(-1.0).history is not lim.history
+    assert Limits(low=0.0, high=2.0) == Limits(0.0, 2.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lim.low = 3.0
+    with pytest.raises(TypeError, match="multiple values for argument 'low'"):
+        Limits(1.0, low=2.0)
+    with pytest.raises(TypeError, match="takes 3 positional arguments"):
+        Limits(1.0, 2.0, [], 4)
+    # A field with no default stays unset until assigned (NKI), and says so.
+    with pytest.raises(AttributeError, match=r"Limits\.low is declared but was never set"):
+        Limits().low  # noqa: B018
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dataclass_nki_objects_inside_a_kernel(device):
+    x = rand(128, 32) * 4
+    (t,) = on(device, x)
+    np.testing.assert_allclose(clamp_with_objects(t).cpu().numpy(), np.clip(x, -0.5, 1.0))
 
 
 def test_nki_object_errors_name_the_field():

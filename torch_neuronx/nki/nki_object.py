@@ -6,7 +6,12 @@ configuration objects", constructed with keyword arguments
 (``__init__(self, **kwargs)``). Kernels use it two ways, and both work here:
 
 - as a dataclass base: ``@dataclass class Cfg(nl.NKIObject): n: int = 0`` —
-  the dataclass's constructor, equality and repr apply;
+  the dataclass's equality and repr apply, and its constructor's positional
+  order, defaults, ``default_factory`` and ``__post_init__``; the constructor
+  stays NKI's keyword one (NKI-lib builds such classes with keywords for
+  plain, unannotated class attributes, and leaves fields unset), which works
+  because each subclass gets NKIObject's ``__init__`` in its own namespace
+  and ``@dataclass`` never replaces an ``__init__`` a class defines;
 - as a plain base: ``class Dims(nl.NKIObject): B: int; H: int`` with methods,
   built as ``Dims(B=4, H=128)``. Keywords become attributes (any keyword,
   declared or not, as NKI's ``**kwargs`` constructor); a declared field given
@@ -21,6 +26,7 @@ changed one re-traces.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import reprlib
 import typing
@@ -66,16 +72,48 @@ class NKIObject:
     keyword arguments."""
 
     def __init__(self, *args, **kwargs) -> None:
+        cls = type(self)
+        is_dataclass = dataclasses.is_dataclass(cls)
         if args:
-            # NKI's constructor takes keywords only: a positional value has no
-            # field to go to (a @dataclass subclass has its own constructor).
-            raise TypeError(
-                f"{type(self).__name__}() takes its fields as keyword arguments "
-                f"({', '.join(declared_fields(type(self))) or 'none declared'}), "
-                f"got {len(args)} positional"
-            )
+            if not is_dataclass:
+                # NKI's constructor takes keywords only: a positional value has
+                # no field to go to.
+                raise TypeError(
+                    f"{cls.__name__}() takes its fields as keyword arguments "
+                    f"({', '.join(declared_fields(cls)) or 'none declared'}), "
+                    f"got {len(args)} positional"
+                )
+            # A @dataclass subclass: positional values in field order, as its
+            # own constructor would take them.
+            order = [f.name for f in dataclasses.fields(cls) if f.init]
+            if len(args) > len(order):
+                raise TypeError(
+                    f"{cls.__name__}() takes {len(order)} positional arguments "
+                    f"({', '.join(order) or 'none'}), got {len(args)}"
+                )
+            for name, value in zip(order, args, strict=False):
+                if name in kwargs:
+                    raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
+                kwargs[name] = value
+        # object.__setattr__: a frozen dataclass's own __setattr__ refuses.
+        if is_dataclass:
+            for f in dataclasses.fields(cls):
+                if f.name not in kwargs and f.default_factory is not dataclasses.MISSING:
+                    object.__setattr__(self, f.name, f.default_factory())
+                # A plain default is the class attribute; a field without one
+                # stays unset until the kernel assigns it (NKI's rule).
         for name, value in kwargs.items():
-            setattr(self, name, value)
+            object.__setattr__(self, name, value)
+        if is_dataclass and hasattr(self, "__post_init__"):
+            self.__post_init__()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        # Put the keyword constructor in the subclass's own namespace unless
+        # the class (or a base between it and NKIObject) defines its own:
+        # @dataclass then keeps it instead of generating one.
+        if "__init__" not in cls.__dict__ and cls.__init__ is NKIObject.__init__:
+            cls.__init__ = NKIObject.__init__
 
     def __getattr__(self, name: str):
         # Only reached when the attribute is missing: say so plainly for a
