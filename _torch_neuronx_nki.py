@@ -10,7 +10,8 @@ installs the finder at interpreter start (so ``import nki`` works before
 ``import torch``); the implementation (and torch) load on first use.
 
 - ``nki``, ``nki.language``, ``nki.isa`` (destination-first),
-  ``nki.isa.constants``, ``nki.typing``
+  ``nki.isa.constants``, ``nki.typing``, ``nki.dtype`` (the element types; a
+  module that ``isinstance`` also accepts as their type)
 - ``neuronxcc``, ``neuronxcc.nki``, ``neuronxcc.nki.language``,
   ``neuronxcc.nki.isa`` (the original form, returning tiles),
   ``neuronxcc.nki.isa.constants``, ``neuronxcc.nki.typing``
@@ -31,6 +32,7 @@ _TARGETS = {
     "nki.isa": ("torch_neuronx.nki.isa", None),
     "nki.isa.constants": ("torch_neuronx.nki.isa_constants", None),
     "nki.typing": ("torch_neuronx.nki.typing", None),
+    "nki.dtype": ("torch_neuronx.nki.dtype_module", None),
     "neuronxcc": (None, None),
     "neuronxcc.nki": ("torch_neuronx.nki", "legacy_isa"),
     "neuronxcc.nki.language": ("torch_neuronx.nki.language", None),
@@ -46,9 +48,14 @@ _PACKAGES = frozenset({"nki", "nki.isa", "neuronxcc", "neuronxcc.nki", "neuronxc
 class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         target, isa = _TARGETS[spec.name]
-        module = types.ModuleType(spec.name)
-        if target is not None:
-            impl = importlib.import_module(target)
+        impl = importlib.import_module(target) if target is not None else None
+        # A module with its own type (nki.dtype: DTypeModule) holds NAMES.
+        module = getattr(impl, "DTypeModule", types.ModuleType)(spec.name)
+        if impl is not None and hasattr(impl, "NAMES"):
+            for k, v in impl.NAMES.items():
+                setattr(module, k, v)
+            module.__doc__ = impl.__doc__
+        elif impl is not None:
             for k, v in vars(impl).items():
                 if not k.startswith("__"):
                     setattr(module, k, v)

@@ -310,6 +310,21 @@ def test_np_dtype_of_bfloat16_without_ml_dtypes_says_so(monkeypatch):
         np.dtype(nl.bfloat16)
 
 
+def test_nki_dtype_is_a_module_of_types_and_still_the_type():
+    # NKI-lib's tests: `import nki.dtype as nt; nt.float8_e4m3`; its kernels:
+    # `dtype: nki.dtype = nl.bfloat16` and isinstance checks.
+    import nki.dtype as nt
+
+    assert nt.float8_e4m3 == nl.float8_e4m3
+    assert nt.bfloat16 is nl.bfloat16 and nt.float32 is nl.float32
+    assert nt.float8_e4m3fn_x4 is nl.float8_e4m3fn_x4
+    assert isinstance(nl.int8, nki.dtype) and isinstance(nl.int8, nt)
+    assert not isinstance("float32", nt) and not isinstance(np.float32, nt)
+    assert nt("bfloat16") is nl.bfloat16 and nt(np.float16) == nl.float16
+    with pytest.raises((TypeError, ValueError)):
+        nt("not_a_type")
+
+
 def test_dtype_names_and_equalities_that_kernels_rely_on():
     assert nl.bool is nl.bool_
     assert nl.float32 == np.float32 and nl.float32 == torch.float32
