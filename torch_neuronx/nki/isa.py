@@ -20,6 +20,7 @@ from .isa_constants import (  # noqa: F401
     oob_mode,
     reduce_cmd,
 )
+from .isa_search import max8, nc_find_index8, nc_match_replace8, nonzero_with_count  # noqa: F401
 from .legacy_isa import (  # noqa: F401
     NkiValidationError,
     dma_engine,
@@ -310,7 +311,26 @@ def dma_compute(
 
 
 def dma_transpose(dst, src, axes=None, name=None, **kwargs) -> None:
-    _into(dst, _l.dma_transpose(src, axes=axes, dtype=dst.dtype))
+    """One DMA from ``src`` read with its axes permuted (2-D (1, 0), 3-D
+    (2, 1, 0), 4-D (3, 1, 2, 0)) into ``dst``, of that shape and dtype."""
+    loc = user_location()
+    if not isinstance(dst, View):
+        raise error(f"dst must be a tensor, got {type(dst).__name__}", "operand", loc)
+    t = _l._transposed_view(src, axes, loc)
+    if tuple(dst.shape) != tuple(t.shape):
+        raise error(
+            f"nisa.dma_transpose: dst is {list(dst.shape)}, the transposed source is "
+            f"{list(t.shape)}",
+            "shape",
+            loc,
+        )
+    if dst.dtype != src.dtype:
+        raise error(
+            f"nisa.dma_transpose keeps the element type: src is {src.dtype}, dst {dst.dtype}",
+            "dtype",
+            loc,
+        )
+    nl._emit("copy", "dma", dst, [t], loc=loc)
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations",)]

@@ -11,6 +11,7 @@ from . import dtypes as _dt
 from . import dynamic_index as _dynamic_index
 from . import indexing as _indexing
 from . import isa_constants as constants  # noqa: F401 (neuronxcc.nki.isa.constants)
+from . import isa_search as _isa_search
 from . import language as nl
 from . import trace_state as _tr
 from .errors import NKIError
@@ -491,8 +492,11 @@ def reciprocal(data, *, dtype=None, mask=None, engine=engine.unknown, **kwargs) 
     )
 
 
-def max8(*, src, mask=None, dtype=None, **kwargs):
-    raise NKIError("nisa.max8 is not supported by the torch-neuronx simulator yet")
+# The search instructions (isa_search.py): max8, nc_find_index8 and
+# nc_match_replace8 return new tiles here.
+max8 = _isa_search.legacy_max8
+nc_find_index8 = _isa_search.legacy_nc_find_index8
+nc_match_replace8 = _isa_search.legacy_nc_match_replace8
 
 
 # DMA ----------------------------------------------------------------------
@@ -548,13 +552,44 @@ def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
         nl._emit("copy", "dma", dst, [src], mask=mask, loc=loc, oob_skip=skip)
 
 
+# NKI's DMA transposes, by the source's rank: the i-th axis of the result is
+# axis axes[i] of the source.
+_DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def _transposed_view(src: View, axes, loc) -> View:
+    """``src`` with its axes permuted as ``nisa.dma_transpose`` does (no data
+    moves: the DMA reads through it)."""
+    src.static_only("nisa.dma_transpose", loc)
+    default = _DMA_TRANSPOSE_AXES.get(src.ndim)
+    if default is None:
+        raise error(
+            f"nisa.dma_transpose takes a 2-D, 3-D or 4-D source, got {src.ndim}-D "
+            f"{list(src.shape)}",
+            "shape",
+            loc,
+        )
+    axes = default if axes is None else tuple(int(a) for a in axes)
+    if axes != default:
+        raise error(
+            f"nisa.dma_transpose of a {src.ndim}-D source supports axes {default}, got {axes} "
+            "(NKI supports (1, 0), (2, 1, 0) and (3, 1, 2, 0))",
+            "operand",
+            loc,
+        )
+    src.verify(loc=loc)
+    return View(
+        src.buf,
+        src.offset,
+        tuple(src.shape[a] for a in axes),
+        tuple(src.strides[a] for a in axes),
+    )
+
+
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs) -> View:
     loc = user_location()
-    src.static_only("nisa.dma_transpose", loc)
-    src = nl._flatten_free(src, loc) if src.ndim != 2 else src
-    out = nl._new_tile((src.shape[1], src.shape[0]), dtype or src.dtype, loc)
-    t = View(src.buf, src.offset, (src.shape[1], src.shape[0]), (src.strides[1], src.strides[0]))
-    src.verify(loc=loc)
+    t = _transposed_view(src, axes, loc)
+    out = nl._new_tile(t.shape, dtype or src.dtype, loc)
     nl._emit("copy", "dma", out, [t], mask=mask, loc=loc)
     return out
 
