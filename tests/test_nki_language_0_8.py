@@ -535,3 +535,48 @@ def test_returning_part_of_a_tensor_or_one_tensor_twice_reshaped_are_errors():
         nki.simulate(returns_a_slice)(rand(128, 8))
     with pytest.raises(NKIError, match="two shapes"):
         nki.simulate(returns_two_shapes)(rand(128, 8))
+
+
+# A column t[:, j] (a (P,) tile) where NKI takes a [P, 1] operand ----------------------
+@nki.jit
+def column_operands(a, b):
+    P, F = a.shape
+    x = nl.load(a)
+    cols = nl.load(b)  # [P, 4]: per-partition bias and scale columns
+    y = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=y, op=nl.exp, data=x, bias=cols[:, 1], scale=1.0)
+    z = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=z, data=y, op0=nl.multiply, operand0=cols[:, 3])
+    # A reduction into a column of a wider tile (a (P,) destination).
+    sums = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=sums, value=0.0)
+    row = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=row, op=nl.add, data=z, axis=1)
+    nisa.tensor_copy(sums[:, 1], row)
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=z)
+    out_sums = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out_sums, value=sums)
+    return out, out_sums
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_column_view_is_a_p_by_1_operand_and_destination(device):
+    x, b = rand(128, 16), rand(128, 4)
+    z, sums = column_operands(*on(device, x, b))
+    want = np.exp(x + b[:, 1:2]) * b[:, 3:4]
+    np.testing.assert_allclose(z.cpu().numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose(sums.cpu().numpy()[:, 1], want.sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(sums.cpu().numpy()[:, 0], 0.0)
+
+
+@nki.jit
+def column_into_wrong_width(a):
+    x = nl.load(a)
+    t = nl.ndarray((a.shape[0], 4), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(t[:, 1], x)  # [P, 8] into a column: not a [P, 1] value
+
+
+def test_a_wider_value_into_a_column_is_still_a_shape_error():
+    with pytest.raises(NKIError, match=r"cannot broadcast a tile of shape \[128, 8\] to \[128\]"):
+        column_into_wrong_width(torch.zeros(128, 8, device="neuron"))

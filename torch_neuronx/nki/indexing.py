@@ -53,6 +53,13 @@ class Expr:
             tuple(self.axes[a] for a in keep),
         )
 
+    def pad_axes(self, n: int) -> Expr:
+        """The expression with ``n`` trailing axes of size 1 (a (P,) tile's
+        index read as (P, 1))."""
+        return Expr(
+            self.shape + (1,) * n, self.base, self.coef + (0,) * n, self.axes + (False,) * n
+        )
+
     # Range over the whole shape.
     def bounds(self, shape: tuple | None = None, lo: tuple | None = None) -> tuple[int, int]:
         shape = self.shape if shape is None else shape

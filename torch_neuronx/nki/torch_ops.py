@@ -48,7 +48,8 @@ def _template(kernel: Kernel, grid: tuple, args, kwargs):
     bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
     bound.apply_defaults()  # as the trace binds them: same tensor order
     mutable = _param_mutability(kernel.fn, list(bound.arguments))
-    written = set(compiled_for(kernel, grid, args, kwargs).written)
+    # Traced with the arguments by name, as the launch traces them: one trace.
+    written = set(compiled_for(kernel, grid, (), dict(bound.arguments)).written)
     inputs, mutated, template = [], [], {}
     k = -1
     for name, value in bound.arguments.items():

@@ -174,7 +174,21 @@ class View:
                 self.offset,
                 self.shape + (1,) * pad,
                 self.strides + (0,) * pad,
-                self.checks,
+                tuple(
+                    Check(c.expr.pad_axes(pad), c.limit, c.dim, c.loc) for c in self.checks
+                ),
+            ).broadcast_to(shape)
+        n = len(shape)
+        if self.buf.space != HBM and 0 < n < self.ndim and all(s == 1 for s in self.shape[n:]):
+            # And the other way: a [P, 1] tile where a (P,) one is taken (a
+            # destination `t[:, j]`): its trailing unit dims go.
+            keep = tuple(range(n))
+            return View(
+                self.buf,
+                self.offset,
+                self.shape[:n],
+                self.strides[:n],
+                tuple(Check(c.expr.take_axes(keep), c.limit, c.dim, c.loc) for c in self.checks),
             ).broadcast_to(shape)
         try:
             bshape = broadcast_shapes(self.shape, shape)
@@ -190,9 +204,17 @@ class View:
             for s, st, t in zip(self.shape, self.strides, shape[pad:], strict=False)
         ]
         checks = tuple(
-            Check(c.expr.broadcast_to(shape), c.limit, c.dim, c.loc) for c in self.checks
+            Check(self._check_expr(c.expr).broadcast_to(shape), c.limit, c.dim, c.loc)
+            for c in self.checks
         )
         return View(self.buf, self.offset, shape, tuple(strides), checks)
+
+    def _check_expr(self, e: Expr) -> Expr:
+        """A bounds check's index over this view's axes: on a tile, an index
+        with fewer axes (``t[:, j]``'s (P,)) lines up from the partition dim."""
+        if self.buf.space != HBM and e.ndim < self.ndim:
+            return e.pad_axes(self.ndim - e.ndim)
+        return e
 
     def reshape(self, *shape) -> View:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
