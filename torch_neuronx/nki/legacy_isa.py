@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import dtypes as _dt
 from . import dynamic_index as _dynamic_index
+from . import element_order as _element_order
 from . import indexing as _indexing
 from . import isa_constants as constants  # noqa: F401 (neuronxcc.nki.isa.constants)
 from . import isa_search as _isa_search
@@ -519,6 +520,13 @@ def dma_copy(
     _dma(dst, src, mask, dst_rmw_op, oob_mode, user_location())
 
 
+def _broadcasts(shape: tuple, to: tuple) -> bool:
+    try:
+        return nl._tile_shape(shape, to) == tuple(to)
+    except NKIError:
+        return False
+
+
 def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
     if not isinstance(dst, View) or not isinstance(src, View):
         raise error("dma_copy copies between kernel tensors and tiles", "operand", loc)
@@ -531,11 +539,20 @@ def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
         # is [D], the tile [1, D]): the tile takes the row's shape.
         dst = dst.reshape(src.shape)
     if src.shape != dst.shape:
-        src = (
-            nl._bcast(src, dst.shape)
-            if nl._tile_shape(src.shape, dst.shape) == dst.shape
-            else src.reshape(dst.shape)
-        )
+        if _broadcasts(src.shape, dst.shape):
+            src = nl._bcast(src, dst.shape)
+        else:
+            # A DMA moves elements in row-major order whatever the shapes.
+            paired = _element_order.paired_views(src, dst)
+            if paired is None:
+                raise error(
+                    f"dma_copy: cannot pair source {list(src.shape)} with destination "
+                    f"{list(dst.shape)} element by element as one access each (their "
+                    "dimensions do not nest)",
+                    "shape",
+                    loc,
+                )
+            src, dst = paired
     skip = int(mode) == int(oob_mode.skip)
     if dst_rmw_op is not None:
         nl._emit(

@@ -1,0 +1,91 @@
+"""A DMA between accesses of different shapes and the same number of elements
+moves them in row-major order (NKI's DMA semantics): a strided ``[d, h]``
+pattern into a ``[d, 1, h]`` slice of a tile, a flat row into a 2-D block,
+an ``.ap()`` view of another rank. Kernels written here, checked against
+NumPy's reshape of the same elements."""
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+import torch
+
+from torch_neuronx.nki import NKIError
+from torch_neuronx.nki.element_order import _common_shape
+
+RNG = np.random.default_rng(3)
+
+
+@nki.jit
+def pairs_into_a_middle_unit_dim(w):
+    # w: [2, d, h]; each [d, h] slab (strided: every other head) lands in
+    # tile[:, k:k+1, :], a [d, 1, h] slice.
+    _, d, h = w.shape
+    tile = nl.ndarray((d, 2, h), dtype=w.dtype, buffer=nl.sbuf)
+    for k in nl.static_range(2):
+        nisa.dma_copy(dst=tile[:, k : k + 1, :], src=w.ap([[h, d], [1, h]], offset=k * d * h))
+    out = nl.ndarray((d, 2, h), dtype=w.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@nki.jit
+def row_into_block(v):
+    # v: [1, 8 * 16] in HBM, moved into an [8, 16] tile, then back out as [8, 16].
+    tile = nl.ndarray((8, 16), dtype=v.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=v)
+    out = nl.ndarray((8, 16), dtype=v.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@nki.jit
+def strided_split(a):
+    # a: [4, 6] read with its columns split [4, 2, 3] into a [8, 3] tile.
+    tile = nl.ndarray((8, 3), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=a)
+    out = nl.ndarray((8, 3), dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+def test_a_slab_into_a_slice_with_a_unit_dim(device):
+    w = RNG.standard_normal((2, 32, 48)).astype(np.float32)
+    got = pairs_into_a_middle_unit_dim(torch.from_numpy(w).to(device)).cpu().numpy()
+    np.testing.assert_array_equal(got, np.transpose(w, (1, 0, 2)))
+
+
+@pytest.mark.parametrize(
+    "kernel, shape, out_shape",
+    [
+        (row_into_block, (1, 128), (8, 16)),
+        (strided_split, (4, 6), (8, 3)),
+    ],
+    ids=["row-into-block", "split-columns"],
+)
+def test_elements_move_in_row_major_order(kernel, shape, out_shape):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    got = kernel(torch.from_numpy(a).to("neuron")).cpu().numpy()
+    np.testing.assert_array_equal(got, a.reshape(out_shape))
+
+
+def test_the_common_shape_of_two_shapes():
+    assert [n for n, _, _ in _common_shape((6,), (3, 2))] == [3, 2]
+    assert [n for n, _, _ in _common_shape((32, 1, 48), (32, 48))] == [32, 48]
+    assert _common_shape((2, 3), (3, 2)) is None  # boundaries do not nest
+
+
+@nki.jit
+def not_nesting(a):
+    tile = nl.ndarray((3, 2), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=a.ap([[1, 2], [2, 3]]))
+
+
+def test_shapes_that_do_not_nest_are_an_error_at_the_kernel_line():
+    with pytest.raises(
+        NKIError, match=r"cannot pair source \[2, 3\] with destination \[3, 2\]"
+    ) as e:
+        not_nesting(torch.zeros(2, 3, device="neuron"))
+    assert e.value.filename == __file__
