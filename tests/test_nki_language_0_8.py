@@ -580,3 +580,36 @@ def column_into_wrong_width(a):
 def test_a_wider_value_into_a_column_is_still_a_shape_error():
     with pytest.raises(NKIError, match=r"cannot broadcast a tile of shape \[128, 8\] to \[128\]"):
         column_into_wrong_width(torch.zeros(128, 8, device="neuron"))
+
+
+# nc_matmul(perf_mode=double_row) -----------------------------------------------------
+@nki.jit
+def double_row_matmul(a, b):
+    # a: [K, 2, M], b: [K, 2, N] in FP8: each partition holds two contraction rows.
+    K, _, M = a.shape
+    N = b.shape[2]
+    st = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    mv = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=st, src=a)
+    nisa.dma_copy(dst=mv, src=b)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(acc, st, mv, perf_mode=nisa.matmul_perf_mode.double_row)
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_double_row_matmul_contracts_both_rows_of_each_partition():
+    a = torch.randn(64, 2, 32).to(torch.float8_e4m3fn)
+    b = torch.randn(64, 2, 48).to(torch.float8_e4m3fn)
+    got = double_row_matmul(a.to("neuron"), b.to("neuron")).cpu()
+    want = torch.einsum("krm,krn->mn", a.float(), b.float())
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_double_row_matmul_wants_fp8_pairs():
+    a = torch.randn(64, 2, 32)
+    with pytest.raises(NKIError, match="double_row.*FP8 operands, stationary is float32"):
+        double_row_matmul(a.to("neuron"), a.to("neuron"))

@@ -63,6 +63,8 @@ def nc_matmul(
     loc = user_location()
     if is_transpose:
         return nc_transpose(dst, stationary)
+    if perf_mode is not None and int(perf_mode) == int(matmul_perf_mode.double_row):
+        return _double_row_matmul(dst, stationary, moving, accumulate, loc)
     r = nl._matmul(stationary, moving, loc)
     t = current()
     key = (dst.buf.index, dst.offset, dst.shape, dst.strides)
@@ -73,6 +75,41 @@ def nc_matmul(
         nl._accumulate(dst, r, "add")
     else:
         nl._assign(dst, r, loc)
+
+
+def _double_row_matmul(dst, stationary, moving, accumulate, loc) -> None:
+    """``perf_mode=double_row`` (FP8, NeuronCore-v3+): operands ``[K, 2, M]``
+    and ``[K, 2, N]``, each partition holding two rows of the contraction;
+    ``dst[M, N] = sum over k, r of stationary[k, r, m] * moving[k, r, n]``.
+    Simulated as the two row-halves' matmuls accumulated into ``dst``. The
+    hardware does both in the time of one; the cost model times two (a known
+    over-estimate of this mode)."""
+    for name, v in (("stationary", stationary), ("moving", moving)):
+        if not isinstance(v, View) or v.ndim != 3 or v.shape[1] != 2:
+            shape = list(v.shape) if isinstance(v, View) else type(v).__name__
+            raise error(
+                f"nc_matmul(perf_mode=double_row): {name} must be [K, 2, free], got {shape}",
+                "matmul-shape",
+                loc,
+            )
+        if v.dtype.name not in ("float8_e4m3", "float8_e5m2"):
+            raise error(
+                f"nc_matmul(perf_mode=double_row) takes FP8 operands, {name} is {v.dtype.name}",
+                "matmul-dtype",
+                loc,
+            )
+
+    def row(v: View, r: int) -> View:
+        v.verify(loc=loc)  # its pending bounds checks, before they lose an axis
+        return View(
+            v.buf,
+            v.offset + r * v.strides[1],
+            (v.shape[0], v.shape[2]),
+            (v.strides[0], v.strides[2]),
+        )
+
+    nc_matmul(dst, row(stationary, 0), row(moving, 0), accumulate=accumulate)
+    nc_matmul(dst, row(stationary, 1), row(moving, 1), accumulate=True)
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs) -> None:
