@@ -224,8 +224,20 @@ double instructionCost(const Program& prog, const Instruction& in,
     case Engine::kGpSimd: {
       // One element per partition per cycle and input stream, over the
       // larger of input and output (a reduction streams its whole input).
-      const bool reduces =
-          in.op == Op::kReduce || in.op == Op::kBnStats || in.op == Op::kBnAggr;
+      // The search instructions stream their data once, N = the data's
+      // elements per partition: max8 and nc_find_index8 "N engine cycles"
+      // (NKI ISA reference, "Estimated instruction cost", the pages up to
+      // Neuron 2.26; the 8 values are loaded first and not counted), and
+      // nc_match_replace8 the same (its page prints "min(MIN_II, N)", read
+      // as the max(MIN_II, N) every Vector instruction costs here), each
+      // with that MIN_II floor. nonzero_with_count (GpSimd) has no
+      // published figure: the GpSimd rule 150 + N, N the source's elements
+      // per partition (the eight cores each scan one partition at once).
+      const bool reduces = in.op == Op::kReduce || in.op == Op::kBnStats ||
+                           in.op == Op::kBnAggr || in.op == Op::kMax8 ||
+                           in.op == Op::kFindIndex8 ||
+                           in.op == Op::kMatchReplace8 ||
+                           in.op == Op::kNonzeroWithCount;
       const double n = static_cast<double>(
           std::max<int64_t>(freeElements(reduces ? in.src[0] : in.dst), 1));
       if (in.engine == Engine::kGpSimd)
@@ -293,6 +305,15 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
       ready = std::max(
           {ready, readyAfter(h.writes, dst_box), readyAfter(h.reads, dst_box)});
     }
+    // A second destination waits like the first.
+    for (int s = 0; s < 3; ++s) {
+      const Access& a = in.src[s];
+      if (!roles.writes[s] || a.buffer < 0 || a.count() == 0) continue;
+      const History& h = history[a.buffer];
+      const Box b = boxOf(prog, a);
+      ready =
+          std::max({ready, readyAfter(h.writes, b), readyAfter(h.reads, b)});
+    }
     double start = std::max(engine_free[e], ready);
     double finish;
     if (in.engine == Engine::kDma) {
@@ -317,8 +338,11 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
     end = std::max(end, finish);
     for (int s = 0; s < 3; ++s) {
       const Access& a = in.src[s];
-      if (roles.reads[s] && a.buffer >= 0 && a.count() > 0)
+      if (a.buffer < 0 || a.count() == 0) continue;
+      if (roles.reads[s])
         record(history[a.buffer].reads, box(a, s == 0 && dyn_src), finish);
+      if (roles.writes[s])
+        record(history[a.buffer].writes, boxOf(prog, a), finish);
     }
     if (has_dst) record(history[in.dst.buffer].writes, dst_box, finish);
   }

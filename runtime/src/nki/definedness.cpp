@@ -92,7 +92,12 @@ class DefinednessPass {
   // The result is undefined somewhere: remember why, and fail if it is
   // memory the caller sees.
   void taint(const Instruction& in, const Origin& from) {
-    const int32_t b = in.dst.buffer;
+    taint(in, from, in.dst.buffer);
+    const OperandRoles roles = operandRoles(in);
+    for (int s = 0; s < 3; ++s)
+      if (roles.writes[s]) taint(in, from, in.src[s].buffer);
+  }
+  void taint(const Instruction& in, const Origin& from, int32_t b) {
     const Buffer& buf = p_.buffers()[b];
     if (buf.external >= 0) {
       const Origin& o = from;
@@ -148,11 +153,15 @@ class DefinednessPass {
     if (in.dst.buffer < 0) return;
     const OperandRoles roles = operandRoles(in);
     // Fast paths: defined data into memory that is (or becomes wholly)
-    // defined changes nothing but the count.
-    if (sourcesDefined(in, roles)) {
+    // defined changes nothing but the count. Not for an instruction with a
+    // second destination (that one changes too), and the whole destination
+    // becomes defined only if every partition of it is written.
+    const bool second_dst =
+        roles.writes[0] || roles.writes[1] || roles.writes[2];
+    if (!second_dst && sourcesDefined(in, roles)) {
       int64_t& count = undefinedCount(in.dst.buffer);
       if (count == 0) return;
-      if (coversBuffer(in.dst)) {
+      if (in.op != Op::kNonzeroWithCount && coversBuffer(in.dst)) {
         count = 0;
         std::vector<uint8_t>().swap(shadow_[in.dst.buffer]);
         return;
@@ -187,13 +196,20 @@ class DefinednessPass {
       case Op::kBnStats:
       case Op::kBnAggr:
       case Op::kScan:
-      case Op::kGather: {
+      case Op::kGather:
+      case Op::kMax8:
+      case Op::kFindIndex8:
+      case Op::kMatchReplace8:
+      case Op::kNonzeroWithCount: {
         // Each destination element depends on a set of source elements;
         // conservatively: a source row (all reduced / scanned / gathered-from
-        // elements of a partition) decides the whole destination row of that
-        // partition.
+        // / searched elements of a partition) decides the whole destination
+        // row of that partition (and of a second destination's).
+        // nonzero_with_count writes only each GpSimd core's first partition.
         const Access& d = in.dst;
         const int64_t P = d.ndim ? d.size[0] : 1;
+        const int64_t step =
+            in.op == Op::kNonzeroWithCount ? kGpSimdCorePartitions : 1;
         // The part of `a` in partition p.
         auto partition = [](Access a, int64_t p) {
           if (a.ndim) {
@@ -202,7 +218,7 @@ class DefinednessPass {
           }
           return a;
         };
-        for (int64_t p = 0; p < P; ++p) {
+        for (int64_t p = 0; p < P; p += step) {
           uint8_t v = 1;
           for (int s = 0; s < 3; ++s) {
             if (!roles.reads[s]) continue;
@@ -216,13 +232,18 @@ class DefinednessPass {
             });
           }
           any_undefined |= !v;
-          const Access dp = partition(d, p);
-          const Access* dd[1] = {&dp};
-          forEachRow(dp, dd, 1, [&](const int64_t* off, int64_t n) {
-            uint8_t* out = row(1, n);
-            std::fill(out, out + n, v);
-            writeRow(dp, off[0], n, out);
-          });
+          auto define = [&](const Access& whole) {
+            const Access dp = partition(whole, p);
+            const Access* dd[1] = {&dp};
+            forEachRow(dp, dd, 1, [&](const int64_t* off, int64_t n) {
+              uint8_t* out = row(1, n);
+              std::fill(out, out + n, v);
+              writeRow(dp, off[0], n, out);
+            });
+          };
+          define(d);
+          for (int s = 0; s < 3; ++s)
+            if (roles.writes[s]) define(in.src[s]);
         }
         break;
       }

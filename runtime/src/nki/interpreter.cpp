@@ -90,6 +90,12 @@ class Interpreter {
         return gather(in);
       case Op::kDmaDynamic:
         return dmaDynamic(in);
+      case Op::kMax8:
+      case Op::kFindIndex8:
+      case Op::kMatchReplace8:
+        return search(in);
+      case Op::kNonzeroWithCount:
+        return nonzeroWithCount(in);
       default:
         return elementwise(in);
     }
@@ -470,6 +476,124 @@ class Interpreter {
                            "dynamic DMA: the index " + std::to_string(v) +
                                " moves the access outside its tensor");
       copy(d, s);
+    }
+  }
+
+  // Partition p of `a` without its partition dim: its free elements.
+  static Access partitionOf(const Access& a, int64_t p) {
+    Access s;
+    s.buffer = a.buffer;
+    s.offset = a.offset + (a.ndim ? p * a.stride[0] : 0);
+    s.ndim = a.ndim > 1 ? a.ndim - 1 : 1;
+    s.size[0] = 1;
+    s.stride[0] = 1;
+    for (int d = 1; d < a.ndim; ++d) {
+      s.size[d - 1] = a.size[d];
+      s.stride[d - 1] = a.stride[d];
+    }
+    return s;
+  }
+
+  // The free elements of partition p of `a`, row-major, as fp32.
+  void loadPartition(const Access& a, int64_t p, float* out) const {
+    const Access s = partitionOf(a, p);
+    const Access* one[1] = {&s};
+    forEachRow(s, one, 1, [&](const int64_t* off, int64_t n) {
+      load(s, off[0], n, out);
+      out += n;
+    });
+  }
+  void storePartition(const Access& a, int64_t p, const float* in) const {
+    const Access s = partitionOf(a, p);
+    const Access* one[1] = {&s};
+    forEachRow(s, one, 1, [&](const int64_t* off, int64_t n) {
+      store(s, off[0], n, in);
+      in += n;
+    });
+  }
+  // Integers (indices, counts) written exactly, not through fp32 (which
+  // rounds past 2^24): wrapped to an integer type (kSearchNotFound is all
+  // ones), converted to a float type.
+  void storePartitionInts(const Access& a, int64_t p, const int64_t* in) const {
+    const Access s = partitionOf(a, p);
+    const DType t = dtypeOf(s);
+    const int es = elementSize(t);
+    const Access* one[1] = {&s};
+    forEachRow(s, one, 1, [&](const int64_t* off, int64_t n) {
+      const int64_t st = innerStride(s);
+      for (int64_t k = 0; k < n; ++k, ++in) {
+        char* q = address(s, off[0] + k * st);
+        const uint64_t v = static_cast<uint64_t>(*in);
+        if (isFloat(t)) {
+          const float f = static_cast<float>(*in);
+          storeRow(t, q, 1, 1, &f);
+        } else if (t == DType::kBool) {
+          const uint8_t b = *in != 0;
+          std::memcpy(q, &b, 1);
+        } else if (es == 4) {
+          const uint32_t w = static_cast<uint32_t>(v);
+          std::memcpy(q, &w, 4);
+        } else if (es == 2) {
+          const uint16_t w = static_cast<uint16_t>(v);
+          std::memcpy(q, &w, 2);
+        } else {
+          const uint8_t w = static_cast<uint8_t>(v);
+          std::memcpy(q, &w, 1);
+        }
+      }
+    });
+  }
+
+  static int64_t freeCount(const Access& a) {
+    int64_t n = 1;
+    for (int d = 1; d < a.ndim; ++d) n *= a.size[d];
+    return n;
+  }
+
+  // max8, nc_find_index8, nc_match_replace8: partition by partition, every
+  // input read before anything is written (dst may be the data itself, as
+  // NKI-lib's top-k replaces in place).
+  void search(const Instruction& in) {
+    const Access &data = in.src[0], &dst = in.dst;
+    const int64_t P = dst.size[0], F = freeCount(data);
+    float* x = buf(1, F);
+    float* vals = buf(2, kSearchValues);
+    int64_t pos[kSearchValues];
+    for (int64_t p = 0; p < P; ++p) {
+      loadPartition(data, p, x);
+      if (in.op == Op::kMax8) {
+        float top[kSearchValues];
+        top8Descending(x, F, top);
+        storePartition(dst, p, top);
+        continue;
+      }
+      loadPartition(in.src[1], p, vals);
+      const bool replace = in.op == Op::kMatchReplace8;
+      matchPositions(x, F, vals, /*descending=*/replace, pos);
+      if (!replace) {
+        storePartitionInts(dst, p, pos);
+        continue;
+      }
+      const float imm = static_cast<float>(in.imm[0]);
+      for (int64_t i = 0; i < kSearchValues; ++i)
+        if (pos[i] != kSearchNotFound) x[pos[i]] = imm;
+      storePartition(dst, p, x);
+      if (in.src[2].buffer >= 0) storePartitionInts(in.src[2], p, pos);
+    }
+  }
+
+  // GpSimd nonzero_with_count: each core's first partition only.
+  void nonzeroWithCount(const Instruction& in) {
+    const Access &src = in.src[0], &dst = in.dst;
+    const int64_t P = dst.size[0], T = freeCount(src);
+    float* x = buf(1, T);
+    std::vector<int64_t> out(static_cast<size_t>(T + 1));
+    const int64_t offset = static_cast<int64_t>(in.imm[0]);
+    const int64_t padding = static_cast<int64_t>(in.imm[1]);
+    for (int64_t p = 0; p < P; p += kGpSimdCorePartitions) {
+      loadPartition(src, p, x);
+      nonzeroPositions(x, T, offset, padding, out.data());
+      storePartitionInts(dst, p, out.data());
     }
   }
 

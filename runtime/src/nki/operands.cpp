@@ -47,6 +47,17 @@ OperandRoles operandRoles(const Instruction& in) {
       break;
     case Op::kMemset:
       break;
+    case Op::kMax8:
+    case Op::kNonzeroWithCount:
+      r.reads[0] = true;
+      break;
+    case Op::kFindIndex8:  // the data and the 8 values
+      r.reads[0] = r.reads[1] = true;
+      break;
+    case Op::kMatchReplace8:
+      r.reads[0] = r.reads[1] = true;
+      r.writes[2] = in.src[2].buffer >= 0;  // the matched positions
+      break;
   }
   return r;
 }

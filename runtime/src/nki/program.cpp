@@ -35,7 +35,11 @@ const char* opName(Op op) {
                                 "tensor_tensor_scan",
                                 "nc_transpose",
                                 "tensor indirection",
-                                "dynamic DMA"};
+                                "dynamic DMA",
+                                "max8",
+                                "nc_find_index8",
+                                "nc_match_replace8",
+                                "nonzero_with_count"};
   const int k = static_cast<int>(op);
   return k < kOps ? names[k] : "?";
 }
@@ -45,6 +49,13 @@ bool sameShape(const Access& a, const Access& b) {
   for (int d = 0; d < a.ndim; ++d)
     if (a.size[d] != b.size[d]) return false;
   return true;
+}
+
+// Elements per partition: the product of every dim but the first.
+int64_t freeCount(const Access& a) {
+  int64_t n = 1;
+  for (int d = 1; d < a.ndim; ++d) n *= a.size[d];
+  return n;
 }
 
 std::string shapeString(const Access& a) {
@@ -129,7 +140,8 @@ void Program::checkStructure() const {
     checkAccess(in.dst, true, "destination");
     for (int s = 0; s < 3; ++s) {
       if (!roles.uses(s)) continue;
-      checkAccess(in.src[s], roles.reads[s], "operand");
+      checkAccess(in.src[s], roles.reads[s] || roles.writes[s],
+                  roles.writes[s] ? "second destination" : "operand");
       if (roles.affine[s] && in.src[s].buffer >= 0)
         fail("expects an affine expression");
     }
@@ -217,6 +229,43 @@ void Program::checkStructure() const {
           fail("malformed index range");
         break;
       }
+      case Op::kMax8:
+      case Op::kFindIndex8:
+      case Op::kMatchReplace8:
+      case Op::kNonzeroWithCount: {
+        // Partition-major operands of dst's partitions; each op's free
+        // element counts (the front end checks NKI's limits on them).
+        const Access& d = in.dst;
+        for (int s = 0; s < 3; ++s) {
+          if (!roles.uses(s)) continue;
+          if (in.src[s].ndim < 1 || d.ndim < 1 ||
+              in.src[s].size[0] != d.size[0])
+            fail("operand " + shapeString(in.src[s]) + " and destination " +
+                 shapeString(d) + " differ in partitions");
+        }
+        const int64_t n = freeCount(in.src[0]);
+        auto expect = [&](const Access& a, int64_t count, const char* what) {
+          if (freeCount(a) != count)
+            fail(std::string(what) + " " + shapeString(a) + " does not hold " +
+                 std::to_string(count) + " elements per partition");
+        };
+        if (n < 1) fail("the data has no elements");
+        if (in.op == Op::kMax8) {
+          expect(d, kSearchValues, "the destination");
+          if (n < kSearchValues) fail("fewer than 8 elements per partition");
+        } else if (in.op == Op::kFindIndex8) {
+          expect(d, kSearchValues, "the destination");
+          expect(in.src[1], kSearchValues, "the values");
+        } else if (in.op == Op::kMatchReplace8) {
+          expect(d, n, "the destination");
+          expect(in.src[1], kSearchValues, "the values");
+          if (roles.writes[2])
+            expect(in.src[2], kSearchValues, "the index destination");
+        } else {
+          expect(d, n + 1, "the destination");
+        }
+        break;
+      }
       default:
         for (int s = 0; s < 3; ++s)
           if (roles.uses(s) && !sameShape(in.src[s], in.dst))
@@ -243,7 +292,8 @@ void Program::planMemory() {
     const OperandRoles roles = operandRoles(in);
     touch(in.dst.buffer, static_cast<int64_t>(i));
     for (int s = 0; s < 3; ++s)
-      if (roles.reads[s]) touch(in.src[s].buffer, static_cast<int64_t>(i));
+      if (roles.reads[s] || roles.writes[s])
+        touch(in.src[s].buffer, static_cast<int64_t>(i));
   }
   // Capacity: sweep the instructions with the live set's bytes.
   const int64_t ni = static_cast<int64_t>(instructions_.size());

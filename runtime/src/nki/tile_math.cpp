@@ -288,6 +288,53 @@ void applyActivation(Act f, const float* in, float* out, int64_t n) {
   }
 }
 
+namespace {
+
+// Descending order with NaN first (a NaN compares above every number, as
+// the ALU's maximum lets NaN win).
+bool ranksAbove(float a, float b) {
+  if (std::isnan(a)) return !std::isnan(b);
+  if (std::isnan(b)) return false;
+  return a > b;
+}
+
+}  // namespace
+
+void top8Descending(const float* x, int64_t n, float* out) {
+  thread_local std::vector<float> tmp;
+  tmp.assign(x, x + n);
+  const int64_t k = std::min<int64_t>(kSearchValues, n);
+  std::partial_sort(tmp.begin(), tmp.begin() + k, tmp.end(), ranksAbove);
+  std::copy(tmp.begin(), tmp.begin() + k, out);
+}
+
+void matchPositions(const float* x, int64_t n, const float* vals,
+                    bool descending, int64_t* pos) {
+  thread_local std::vector<uint8_t> taken;
+  taken.assign(static_cast<size_t>(n), 0);
+  for (int64_t j = 0; j < kSearchValues; ++j) {
+    const int64_t i = descending ? kSearchValues - 1 - j : j;
+    const float v = vals[i];
+    pos[i] = kSearchNotFound;
+    for (int64_t k = 0; k < n; ++k) {
+      if (!taken[k] && x[k] == v) {
+        taken[k] = 1;
+        pos[i] = k;
+        break;
+      }
+    }
+  }
+}
+
+void nonzeroPositions(const float* x, int64_t n, int64_t offset,
+                      int64_t padding, int64_t* out) {
+  int64_t count = 0;
+  for (int64_t k = 0; k < n; ++k)
+    if (x[k] != 0) out[count++] = k + offset;
+  for (int64_t k = count; k < n; ++k) out[k] = padding;
+  out[n] = count;
+}
+
 // Register-blocked: a 4 x 64 block of c stays in registers while k runs.
 NKI_CLONES static void matmulRows(const float* s, const float* v, float* c,
                                   int64_t K, int64_t M, int64_t N, int64_t mb,

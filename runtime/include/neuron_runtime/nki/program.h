@@ -110,10 +110,42 @@ enum class Op : uint8_t {
   // index + imm[2] < 0 or index + imm[3] >= imm[1] is a ProgramError raised
   // by run() (a skipped row or transfer with kFlagOobSkip).
   kDmaDynamic = 15,
+  // The Vector engine's search instructions, each over the free elements of
+  // one partition at a time (a partition's free dims flattened row-major, in
+  // fp32), for every partition of dst:
+  // nki.isa.max8: dst[p, 0:8] = the 8 largest of src0[p, :], descending
+  // (duplicates kept; NaN ranks above every number).
+  kMax8 = 16,
+  // nki.isa.nc_find_index8: dst[p, i] = the position in src0[p, :] of the
+  // value src1[p, i] (8 per partition). Values are matched in the order
+  // i = 0..7, each taking the first equal position no earlier value took
+  // (equal values take successive positions, ascending); a value left
+  // without a position gets all ones (kSearchNotFound) of dst's type.
+  kFindIndex8 = 17,
+  // nki.isa.nc_match_replace8: dst = src0 with the positions matched by the
+  // 8 values src1[p, :] set to imm[0]. Values are matched as in kFindIndex8
+  // but in the order i = 7..0 (equal values take successive positions,
+  // descending across i). src2, when it has a buffer, is a second
+  // destination: the matched positions, as kFindIndex8 writes them.
+  kMatchReplace8 = 18,
+  // nki.isa.nonzero_with_count (GpSimd): for the partitions p = 0, 16, 32,
+  // ... (each GpSimd core's first) of dst[P, T + 1], the positions k +
+  // imm[0] of the elements src0[p, k] != 0 (T free elements) in order, then
+  // imm[1] up to position T - 1, then the count at position T. The other
+  // partitions of dst are not written.
+  kNonzeroWithCount = 19,
 };
-constexpr int kOps = static_cast<int>(Op::kDmaDynamic) + 1;
+constexpr int kOps = static_cast<int>(Op::kNonzeroWithCount) + 1;
 // Partitions that share the offsets of a tensor indirection.
 constexpr int64_t kIndirectionGroup = 16;
+// Values per partition of max8 / nc_find_index8 / nc_match_replace8.
+constexpr int64_t kSearchValues = 8;
+// The index those write for a value they do not find: all ones of the
+// destination's type (0xFFFFFFFF for uint32).
+constexpr int64_t kSearchNotFound = -1;
+// SBUF partitions per GpSimd core: nonzero_with_count reads and writes the
+// first partition of each group this size.
+constexpr int64_t kGpSimdCorePartitions = 16;
 
 enum class Alu : uint8_t {
   kBypass = 0,

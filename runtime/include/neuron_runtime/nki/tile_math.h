@@ -1,5 +1,6 @@
 // The engines' arithmetic on fp32 rows: the ALU operations of the Vector and
-// GpSimd engines, the Scalar engine's activation functions, and the Tensor
+// GpSimd engines, their search instructions (top 8, matching, nonzero
+// positions), the Scalar engine's activation functions, and the Tensor
 // engine's matrix multiply.
 #pragma once
 
@@ -18,6 +19,20 @@ void applyActivation(Act f, const float* in, float* out, int64_t n);
 float reduceAlu(Alu op, float acc, const float* x, int64_t n);
 float reductionIdentity(Alu op);
 float aluScalar(Alu op, float a, float b);
+
+// The Vector engine's search instructions on one partition's n fp32
+// elements (program.h, Op::kMax8 .. kMatchReplace8).
+// out[0..8) = the 8 largest of x, descending (NaN above every number).
+void top8Descending(const float* x, int64_t n, float* out);
+// pos[i] = the position of vals[i] in x: values are matched in the order
+// i = 0..7 (descending: 7..0), each taking the first equal position no
+// earlier one took; kSearchNotFound when none is left.
+void matchPositions(const float* x, int64_t n, const float* vals,
+                    bool descending, int64_t* pos);
+// out[0..n] = the positions k + offset of x[k] != 0, then padding, then
+// their count (nonzero_with_count's layout).
+void nonzeroPositions(const float* x, int64_t n, int64_t offset,
+                      int64_t padding, int64_t* out);
 
 // c[M][N] = sum_k s[k][M] * v[k][N] (row-major, fp32): the Tensor engine's
 // stationary^T x moving.
