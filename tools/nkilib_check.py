@@ -603,8 +603,15 @@ def _classify(exc: BaseException) -> dict:
             "feature": feature,
             "detail": f"{kind}: {line}",
             "where": _where(exc),
+            "message": str(exc)[:4000],
         }
-    return {"status": "ERROR", "detail": f"{kind}: {line}", "where": _where(exc)}
+    # The whole message goes to --json (a capacity error lists its tiles).
+    return {
+        "status": "ERROR",
+        "detail": f"{kind}: {line}",
+        "where": _where(exc),
+        "message": str(exc)[:4000],
+    }
 
 
 def _is_nki_object(exc: BaseException, class_name: str) -> bool:

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "neuron_runtime/nki/cost_model.h"
 #include "neuron_runtime/nki/definedness.h"
@@ -275,33 +277,88 @@ void Program::checkStructure() const {
   }
 }
 
+namespace {
+
+// Whether `a` writes every element of `buf` (offset 0, one element per
+// position, row-major after ordering its steps): a write that ends the
+// buffer's previous value.
+bool coversWholeBuffer(const Access& a, const Buffer& buf) {
+  if (a.offset != 0 || a.count() != buf.elements) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.size[d] > 1) dims.emplace_back(a.stride[d], a.size[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expect) return false;
+    expect *= size;
+  }
+  return true;
+}
+
+// Ops whose destination access may be written only in part (some
+// partitions, skipped out-of-range rows): never a whole overwrite.
+bool writesPartOfDestination(Op op) {
+  return op == Op::kNonzeroWithCount || op == Op::kDmaDynamic;
+}
+
+}  // namespace
+
 // Live ranges of the internal buffers decide both the capacity checks (the
 // SBUF/PSUM bytes per partition of the tiles live at each instruction) and
 // where each buffer lives in the run's scratch (buffers whose live ranges do
 // not overlap share memory).
+//
+// On chip a tile is live in segments, as the compiler allocates it: from a
+// write to its last read before the next write of the whole tile (which
+// does not read it). A tile allocated before a loop and rewritten in each
+// iteration therefore frees its space between its last read in one
+// iteration and its first write in the next, for the other tiles. Scratch
+// in host memory keeps one range per buffer (first to last use).
 void Program::planMemory() {
   const size_t nb = buffers_.size();
   std::vector<int64_t> first(nb, -1), last(nb, -1);
-  auto touch = [&](int32_t b, int64_t i) {
+  // The on-chip segments: [start, end] instruction ranges per buffer.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> segments(nb);
+  auto touch = [&](int32_t b, int64_t i, bool starts_value) {
     if (b < 0) return;
-    if (first[b] < 0) first[b] = i;
+    if (first[b] < 0) {
+      first[b] = i;
+      segments[b].push_back({i, i});
+    } else if (starts_value) {
+      segments[b].push_back({i, i});
+    } else {
+      segments[b].back().second = i;
+    }
     last[b] = i;
   };
   for (size_t i = 0; i < instructions_.size(); ++i) {
     const Instruction& in = instructions_[i];
     const OperandRoles roles = operandRoles(in);
-    touch(in.dst.buffer, static_cast<int64_t>(i));
+    const int64_t at = static_cast<int64_t>(i);
+    bool reads_dst = roles.accumulates || writesPartOfDestination(in.op);
     for (int s = 0; s < 3; ++s)
-      if (roles.reads[s] || roles.writes[s])
-        touch(in.src[s].buffer, static_cast<int64_t>(i));
+      if ((roles.reads[s] || roles.affine[s]) &&
+          in.src[s].buffer == in.dst.buffer)
+        reads_dst = true;
+    for (int s = 0; s < 3; ++s)
+      if (roles.reads[s] || roles.writes[s]) touch(in.src[s].buffer, at, false);
+    if (in.dst.buffer >= 0) {
+      const Buffer& buf = buffers_[in.dst.buffer];
+      touch(in.dst.buffer, at,
+            buf.space != Space::kHbm && !reads_dst &&
+                coversWholeBuffer(in.dst, buf));
+    }
   }
   // Capacity: sweep the instructions with the live set's bytes.
   const int64_t ni = static_cast<int64_t>(instructions_.size());
   std::vector<std::vector<int32_t>> starts(ni), ends(ni);
   for (size_t b = 0; b < nb; ++b) {
     if (first[b] < 0 || buffers_[b].space == Space::kHbm) continue;
-    starts[first[b]].push_back(static_cast<int32_t>(b));
-    ends[last[b]].push_back(static_cast<int32_t>(b));
+    for (const auto& [from, to] : segments[b]) {
+      starts[from].push_back(static_cast<int32_t>(b));
+      ends[to].push_back(static_cast<int32_t>(b));
+    }
   }
   auto footprint = [&](const Buffer& buf) {
     if (buf.space == Space::kPsum)  // PSUM is allocated in whole banks
