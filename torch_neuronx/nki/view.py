@@ -174,9 +174,7 @@ class View:
                 self.offset,
                 self.shape + (1,) * pad,
                 self.strides + (0,) * pad,
-                tuple(
-                    Check(c.expr.pad_axes(pad), c.limit, c.dim, c.loc) for c in self.checks
-                ),
+                tuple(Check(c.expr.pad_axes(pad), c.limit, c.dim, c.loc) for c in self.checks),
             ).broadcast_to(shape)
         n = len(shape)
         if self.buf.space != HBM and 0 < n < self.ndim and all(s == 1 for s in self.shape[n:]):
@@ -269,7 +267,14 @@ class View:
         v = View(self.buf, self.offset + int(offset), shape, strides)
         lo = v.offset + sum(min(0, st * (n - 1)) for st, n in pattern)
         hi = v.offset + sum(max(0, st * (n - 1)) for st, n in pattern)
-        if math.prod(shape) and (lo < 0 or hi >= self.buf.elements):
+        outside = math.prod(shape) and (lo < 0 or hi >= self.buf.elements)
+        if outside and scalar_offset is None and vector_offset is None:
+            # Kernels build views past the end that they never use (NKI-lib's
+            # tile loops): an error when an instruction uses one (after its
+            # mask, or clipped by oob_mode=skip), as for indices.
+            reach = Check(Expr(shape, v.offset, strides), self.buf.elements, None, loc)
+            return View(self.buf, v.offset, shape, strides, (reach,))
+        if outside:
             raise error(
                 f"ap(): the pattern reaches elements {lo}..{hi} of "
                 f"{self.buf.describe(current())}, which has {self.buf.elements}",
@@ -288,6 +293,15 @@ class View:
                 self.shape if hi is None else tuple(h - a + 1 for a, h in zip(lo, hi, strict=False))
             )
             vmin, vmax = c.expr.bounds(shape, lo)
+            if (vmin < 0 or vmax >= c.limit) and c.dim is None:
+                # Raised where the view is used; the message says where it was built.
+                built = f" (built by ap() at line {c.loc[1]})" if c.loc else ""
+                raise error(
+                    f"ap(): the pattern reaches elements {vmin}..{vmax} of "
+                    f"{self.buf.describe(current())}, which has {c.limit}{built}",
+                    "out-of-bounds",
+                    loc or c.loc,
+                )
             if vmin < 0 or vmax >= c.limit:
                 raise error(
                     f"index out of bounds: dimension {c.dim} of {self.buf.describe(current())} "
