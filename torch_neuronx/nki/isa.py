@@ -20,6 +20,13 @@ from .isa_constants import (  # noqa: F401
     oob_mode,
     reduce_cmd,
 )
+from .isa_partition_moves import local_gather, nc_stream_shuffle  # noqa: F401
+from .isa_predicated import (  # noqa: F401
+    range_select,
+    select_reduce,
+    tensor_copy_predicated,
+    tensor_scalar_reduce,
+)
 from .isa_search import max8, nc_find_index8, nc_match_replace8, nonzero_with_count  # noqa: F401
 from .legacy_isa import (  # noqa: F401
     NkiValidationError,

@@ -1126,6 +1126,8 @@ dropout = _unsupported("dropout")
 atomic_rmw = _unsupported("atomic_rmw")
 gather_flattened = _unsupported("gather_flattened")
 
+from .shared_constants import shared_constant, shared_identity_matrix  # noqa: E402, F401
+
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "np")]
 
 

@@ -25,6 +25,12 @@ from .isa_constants import (  # noqa: F401 (nisa.<enum>, as NKI has them)
     oob_mode,
     reduce_cmd,
 )
+from .isa_partition_moves import legacy_local_gather as local_gather  # noqa: F401
+from .isa_partition_moves import legacy_nc_stream_shuffle as nc_stream_shuffle  # noqa: F401
+from .isa_predicated import legacy_range_select as range_select  # noqa: F401
+from .isa_predicated import legacy_select_reduce as select_reduce  # noqa: F401
+from .isa_predicated import legacy_tensor_copy_predicated as tensor_copy_predicated  # noqa: F401
+from .isa_predicated import legacy_tensor_scalar_reduce as tensor_scalar_reduce  # noqa: F401
 from .trace_state import PSUM, current, error, user_location
 from .view import View
 
