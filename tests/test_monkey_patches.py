@@ -6,7 +6,8 @@ import importlib
 
 import torch
 
-from torch_neuronx import _monkey_patch, tensor_str_support
+from torch_neuronx.adapters import monkey_patch as _monkey_patch
+from torch_neuronx.adapters import tensor_str_support
 from torch_neuronx.compile import program_cache
 from torch_neuronx.distributed import shims
 from torch_neuronx.profiling import hooks
@@ -59,7 +60,7 @@ def test_installers_run_twice_keep_one_replacement():
 
 def test_safetensors_load_file_is_wrapped_once():
     st = importlib.import_module("safetensors.torch")
-    from torch_neuronx import safetensors_support
+    from torch_neuronx.adapters import safetensors_support
 
     wrapped = st.load_file
     assert _monkey_patch.is_patched(wrapped)

@@ -1,7 +1,8 @@
 """safetensors from and to neuron: save_file / load_file / save_model / load_model.
 
-safetensors' own device parser knows no out-of-tree devices; torch_neuronx.safetensors_support
-teaches ``load_file`` (and ``load_model``) the neuron device names.
+safetensors' own device parser knows no out-of-tree devices;
+torch_neuronx.adapters.safetensors_support teaches ``load_file`` (and
+``load_model``) the neuron device names.
 """
 
 from __future__ import annotations

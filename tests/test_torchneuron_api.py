@@ -51,6 +51,7 @@ def test_torch_neuronx_neuron_is_the_device_module():
 
 def test_import_statements_find_the_modules():
     import torch.neuron.memory
+
     import torch_neuronx.neuron
     import torch_neuronx.neuron.memory
 

@@ -8,7 +8,7 @@ CPU twin (TorchTitan has no CPU device module: the twin gives it one) — and co
 the losses. With the same seed both initialise the same weights (neuron draws the
 CPU's random numbers), so the losses agree to rounding.
 
-TorchTitan imports Triton unconditionally; ``torch_neuronx/torchtitan_support.py``
+TorchTitan imports Triton unconditionally; ``torch_neuronx/adapters/torchtitan_support.py``
 answers that import for its one module when Triton is not installed.
 """
 

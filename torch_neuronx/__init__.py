@@ -23,7 +23,7 @@ import torch  # noqa: E402  (after _autoload, see above)
 
 # The parts that do not load _C (which must wait for step 1 of _register);
 # _register installs them in its steps.
-from . import (  # noqa: E402
+from .adapters import (  # noqa: E402
     flex_attention_support,
     higher_order_ops_autocast,
     multiprocessing,

@@ -19,7 +19,7 @@ from typing import Any
 
 from torch.compiler._cache import CacheArtifactManager
 
-from .._monkey_patch import wrap
+from ..adapters.monkey_patch import wrap
 
 ARTIFACT_TYPE = "neuron_neff"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from .. import neuron
-from .._import_hooks import on_import
+from ..adapters.import_hooks import on_import
 from . import program_cache, rng_state_ops, use_cache_dir_from_env
 
 

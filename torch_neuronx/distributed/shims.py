@@ -57,8 +57,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import distributed as ddp_module
 
-from .._import_hooks import on_import
-from .._monkey_patch import is_patched, mark, wrap
+from ..adapters.import_hooks import on_import
+from ..adapters.monkey_patch import is_patched, mark, wrap
 from .backend import BACKEND_NAME
 
 

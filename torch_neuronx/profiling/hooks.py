@@ -26,7 +26,7 @@ from torch.autograd import ProfilerActivity
 from torch.autograd import profiler as _autograd_profiler
 from torch.profiler import profiler as _torch_profiler
 
-from .._monkey_patch import is_patched, mark
+from ..adapters.monkey_patch import is_patched, mark
 from . import config as _config
 from .export import export_profile, rank_info
 from .host_sampler import HostSampler

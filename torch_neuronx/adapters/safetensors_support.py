@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from ._import_hooks import on_import
-from ._monkey_patch import wrap
+from .import_hooks import on_import
+from .monkey_patch import wrap
 
 
 def _neuron_device(device: Any) -> torch.device | None:

@@ -26,8 +26,8 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet
 from torch.amp.autocast_mode import _cast
 
-from ._import_hooks import on_import
-from ._monkey_patch import mark, wrap
+from .import_hooks import on_import
+from .monkey_patch import mark, wrap
 
 
 def _admit_neuron(flex: ModuleType) -> None:

@@ -27,7 +27,7 @@ import traceback
 
 import torch._tensor_str
 
-from . import _monkey_patch
+from . import monkey_patch as _monkey_patch
 
 
 def _releasing_guards_on_error(original):
