@@ -455,6 +455,9 @@ def _run_kernel(kernel_args) -> dict:
         else:
             expected = golden
         phase = "compare"
+        dump = os.environ.get("NKILIB_CHECK_DUMP")
+        if dump:  # a directory: each case's outputs and references, to debug a mismatch
+            _dump(Path(dump), info, actual, expected)
         result = _compare(
             actual, expected, kernel_args.validation_args, CustomValidatorWithOutputTensorData
         )
@@ -464,6 +467,21 @@ def _run_kernel(kernel_args) -> dict:
         result = _classify(exc)
         result.update(info, phase=phase)
         return result
+
+
+def _dump(where: Path, info: dict, actual, expected) -> None:
+    import numpy as np
+
+    where.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for k, (name, a) in enumerate(zip(expected, actual, strict=False)):
+        b = expected[name]
+        if a is not None and not hasattr(b, "validator"):
+            arrays[f"actual_{k}_{name}"] = np.asarray(a).astype(np.float32)
+            arrays[f"expected_{k}_{name}"] = np.asarray(b).astype(np.float32)
+    test = os.environ.get("PYTEST_CURRENT_TEST", str(info.get("kernel", "case")))
+    case = re.sub(r"[^\w.-]+", "_", test.split("::")[-1])[:120]
+    np.savez(where / f"{case}.npz", **arrays)
 
 
 def _compare(actual, expected, params, custom_type) -> dict:

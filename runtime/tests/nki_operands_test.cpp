@@ -101,6 +101,15 @@ TEST(NkiOperandRolesTest, EachOpReadsItsOperands) {
   // The data tile and the index tile of a tensor indirection.
   EXPECT_EQ(describe(operandRoles(make(Op::kGather))), "rr-");
   EXPECT_EQ(describe(operandRoles(make(Op::kTranspose))), "r--");
+  // The random instructions: the seed tile; nothing; the data and the
+  // per-partition probabilities (unless immediate).
+  EXPECT_EQ(describe(operandRoles(make(Op::kRandomSeed))), "r--");
+  EXPECT_EQ(describe(operandRoles(make(Op::kRandomSeed, kFlagOperand0Imm))),
+            "---");
+  EXPECT_EQ(describe(operandRoles(make(Op::kRandom))), "---");
+  EXPECT_EQ(describe(operandRoles(make(Op::kDropout))), "rr-");
+  EXPECT_EQ(describe(operandRoles(make(Op::kDropout, kFlagOperand0Imm))),
+            "r--");
 }
 
 TEST(NkiOperandRolesTest, ImmediatesAndBypassAreNotRead) {

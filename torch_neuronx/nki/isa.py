@@ -39,6 +39,7 @@ from .legacy_isa import (  # noqa: F401
     unknown_engine,
     vector_engine,
 )
+from .random_numbers import dropout  # noqa: F401
 from .trace_state import PSUM, current, error, user_location
 from .view import View
 

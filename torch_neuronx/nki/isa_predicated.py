@@ -49,6 +49,7 @@ from . import trace_state as _tr
 from .dynamic_index import IndirectView
 from .indexing import Expr
 from .isa_constants import reduce_cmd as _reduce_cmd
+from .tensor_scalar_form import tensor_scalar
 from .trace_state import HBM, PSUM, current, error, user_location
 from .view import View
 
@@ -219,9 +220,7 @@ def _reduce_into(res: View, values: View, rname: str, loc, negate=False, init=No
         into=res if direct else None,
     )
     if not direct:
-        from . import legacy_isa as _l  # (it imports this module)
-
-        r = _l.tensor_scalar(
+        r = tensor_scalar(
             r,
             rname,
             init if nl._is_scalar(init) else _column(init, r, "reduce_init", "reduce", loc),
@@ -629,10 +628,8 @@ def _scalar_reduce(dst, data, op0, operand0, reduce_op, res, reverse0, cmd, init
         raise error(f"{op}: operand0 must be a number or a [P, 1] tile", "operand", loc)
     if isinstance(operand0, View):
         _column(operand0, x, "operand0", op, loc)  # checks its shape
-    from . import legacy_isa as _l  # (it imports this module)
-
     work = dst if dst.dtype == _dt.float32 else nl._new_tile(x.shape, _dt.float32, loc)
-    r = _l.tensor_scalar(x, op0, operand0, reverse0, dtype=work.dtype)
+    r = tensor_scalar(x, op0, operand0, reverse0, dtype=work.dtype)
     nl._assign(work, r, loc)
     _reduce_into(res, work, rname, loc, negate=negate, init=init)
     if work is not dst:

@@ -1120,9 +1120,10 @@ def _unsupported(name):
     return fn
 
 
-rand = _unsupported("rand")
-random_seed = _unsupported("random_seed")
-dropout = _unsupported("dropout")
+from . import random_numbers as _random_numbers  # noqa: E402
+from .random_numbers import language_dropout as dropout  # noqa: E402, F401
+from .random_numbers import rand, random_seed  # noqa: E402, F401
+
 atomic_rmw = _unsupported("atomic_rmw")
 gather_flattened = _unsupported("gather_flattened")
 
@@ -1131,5 +1132,7 @@ from .shared_constants import shared_constant, shared_identity_matrix  # noqa: E
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "np")]
 
 
-# View's tile operators are these functions (see view.use_language).
+# View's tile operators are these functions (see view.use_language), and the
+# random-number instructions build on them (random_numbers.use_language).
 _view.use_language(_sys.modules[__name__])
+_random_numbers.use_language(_sys.modules[__name__])

@@ -233,6 +233,21 @@ double instructionCost(const Program& prog, const Instruction& in,
       // with that MIN_II floor. nonzero_with_count (GpSimd) has no
       // published figure: the GpSimd rule 150 + N, N the source's elements
       // per partition (the eight cores each scan one partition at once).
+      // The random instructions (all on the Vector engine, so that they keep
+      // program order on the one random state): dropout max(MIN_II, N)
+      // cycles for N data elements per partition (NKI ISA reference,
+      // nki.isa.dropout, "Estimated instruction cost", the pages up to
+      // Neuron 2.26); rand the same over its N output elements (NKI names
+      // no engine and gives no figure for nl.rand; the hardware's generator
+      // instruction, nisa.rand2, is a Vector one: assumed to stream like
+      // any Vector instruction); random_seed, which writes no tile, MIN_II
+      // cycles (assumed: no published figure).
+      if (in.op == Op::kRandomSeed) {
+        const double ghz = in.engine == Engine::kGpSimd   ? p.gpsimd_ghz
+                           : in.engine == Engine::kScalar ? p.scalar_ghz
+                                                          : p.vector_ghz;
+        return p.min_ii_cycles / ghz;
+      }
       const bool reduces = in.op == Op::kReduce || in.op == Op::kBnStats ||
                            in.op == Op::kBnAggr || in.op == Op::kMax8 ||
                            in.op == Op::kFindIndex8 ||

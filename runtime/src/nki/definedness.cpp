@@ -150,15 +150,30 @@ class DefinednessPass {
   }
 
   void step(const Instruction& in, int64_t i) {
-    if (in.dst.buffer < 0) return;
     const OperandRoles roles = operandRoles(in);
+    if (in.op == Op::kRandomSeed) {
+      // The random values after it are as defined as its seed.
+      Origin from;
+      if (roles.reads[0]) {
+        uint8_t v = 1;
+        andRow(in.src[0], in.src[0].offset, 1, &v, from, i, in.loc);
+      }
+      rng_origin_ = from;
+      return;
+    }
+    if (in.dst.buffer < 0) return;
+    // rand and dropout write their whole destination; their random values
+    // are undefined after a seed that was.
+    const bool rng_undefined =
+        (in.op == Op::kRandom || in.op == Op::kDropout) &&
+        rng_origin_.instruction >= 0;
     // Fast paths: defined data into memory that is (or becomes wholly)
     // defined changes nothing but the count. Not for an instruction with a
     // second destination (that one changes too), and the whole destination
     // becomes defined only if every partition of it is written.
     const bool second_dst =
         roles.writes[0] || roles.writes[1] || roles.writes[2];
-    if (!second_dst && sourcesDefined(in, roles)) {
+    if (!second_dst && !rng_undefined && sourcesDefined(in, roles)) {
       int64_t& count = undefinedCount(in.dst.buffer);
       if (count == 0) return;
       if (in.op != Op::kNonzeroWithCount && coversBuffer(in.dst)) {
@@ -301,9 +316,10 @@ class DefinednessPass {
         // Element-wise: position by position over the operands it reads
         // (an affine operand is always defined).
         const Access* acc[4] = {&in.dst, &in.src[0], &in.src[1], &in.src[2]};
+        if (rng_undefined && from.instruction < 0) from = rng_origin_;
         forEachRow(in.dst, acc, 4, [&](const int64_t* off, int64_t n) {
           uint8_t* out = row(0, n);
-          std::fill(out, out + n, 1);
+          std::fill(out, out + n, rng_undefined ? 0 : 1);
           for (int s = 0; s < 3; ++s)
             if (roles.reads[s])
               andRow(in.src[s], off[s + 1], n, out, from, i, in.loc);
@@ -320,6 +336,9 @@ class DefinednessPass {
   std::vector<int64_t> undefined_;
   std::vector<uint8_t> counted_;
   std::vector<Origin> origin_;
+  // Set while the random state comes from an undefined seed: where that
+  // seed was read.
+  Origin rng_origin_;
   std::vector<uint8_t> rows_[3];
 };
 

@@ -96,6 +96,12 @@ class Interpreter {
         return search(in);
       case Op::kNonzeroWithCount:
         return nonzeroWithCount(in);
+      case Op::kRandomSeed:
+        return randomSeed(in);
+      case Op::kRandom:
+        return uniform(in);
+      case Op::kDropout:
+        return dropout(in);
       default:
         return elementwise(in);
     }
@@ -597,7 +603,87 @@ class Interpreter {
     }
   }
 
+  // The run's random stream (program.h, Op::kRandomSeed): its key (a fresh
+  // one at the first draw unless seeded first) and next position.
+  uint64_t rngKey() {
+    if (!rng_keyed_) {
+      rng_key_ = freshRandomKey();
+      rng_keyed_ = true;
+    }
+    return rng_key_;
+  }
+
+  void randomSeed(const Instruction& in) {
+    uint32_t seed;
+    if (in.flags & kFlagOperand0Imm) {
+      seed = static_cast<uint32_t>(static_cast<int64_t>(in.imm[0]));
+    } else {
+      std::memcpy(&seed, address(in.src[0], in.src[0].offset), 4);
+    }
+    rng_key_ = randomKeyOfSeed(seed);
+    rng_keyed_ = true;
+    rng_position_ = 0;
+  }
+
+  // nl.rand: the next values of the stream, row by row of dst.
+  void uniform(const Instruction& in) {
+    const Access& dst = in.dst;
+    const uint64_t key = rngKey();
+    const int bits = significantBits(dtypeOf(dst));
+    const Access* one[1] = {&dst};
+    forEachRow(dst, one, 1, [&](const int64_t* off, int64_t n) {
+      float* out = buf(0, n);
+      uniformRow(key, rng_position_, n, bits, out);
+      rng_position_ += static_cast<uint64_t>(n);
+      store(dst, off[0], n, out);
+    });
+  }
+
+  // nisa.dropout: an element is dropped when its uniform value is below its
+  // partition's probability. Into dst of the data's type the kept elements
+  // are copied as they are (integers past 2^24 too), else through fp32.
+  void dropout(const Instruction& in) {
+    const Access &dst = in.dst, &data = in.src[0], &prob = in.src[1];
+    const uint64_t key = rngKey();
+    const bool imm = in.flags & kFlagOperand0Imm;
+    const bool same_type = dtypeOf(dst) == dtypeOf(data);
+    const int es = elementSize(dtypeOf(dst));
+    const int64_t dst_step = innerStride(dst), data_step = innerStride(data);
+    const Access* acc[3] = {&dst, &data, &prob};
+    forEachRow(dst, acc, imm ? 2 : 3, [&](const int64_t* off, int64_t n) {
+      float* u = buf(0, n);
+      uniformRow(key, rng_position_, n, 24, u);
+      rng_position_ += static_cast<uint64_t>(n);
+      float* p = buf(1, n);
+      if (imm) {
+        std::fill(p, p + n, static_cast<float>(in.imm[0]));
+      } else {
+        load(prob, off[2], n, p);
+      }
+      if (same_type) {
+        for (int64_t k = 0; k < n; ++k) {
+          char* q = address(dst, off[0] + k * dst_step);
+          if (u[k] < p[k]) {
+            std::memset(q, 0, static_cast<size_t>(es));
+          } else {
+            std::memmove(q, address(data, off[1] + k * data_step),
+                         static_cast<size_t>(es));
+          }
+        }
+        return;
+      }
+      float* x = buf(2, n);
+      load(data, off[1], n, x);
+      for (int64_t k = 0; k < n; ++k)
+        if (u[k] < p[k]) x[k] = 0.0f;
+      store(dst, off[0], n, x);
+    });
+  }
+
   const Program& p_;
+  uint64_t rng_key_ = 0;
+  bool rng_keyed_ = false;
+  uint64_t rng_position_ = 0;
   int64_t index_ = 0;  // the instruction running (for run-time errors)
   std::vector<char*> base_;
   std::vector<float> rows_[4];

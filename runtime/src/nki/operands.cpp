@@ -58,6 +58,15 @@ OperandRoles operandRoles(const Instruction& in) {
       r.reads[0] = r.reads[1] = true;
       r.writes[2] = in.src[2].buffer >= 0;  // the matched positions
       break;
+    case Op::kRandomSeed:  // the seed tile, unless the seed is immediate
+      r.reads[0] = !(in.flags & kFlagOperand0Imm);
+      break;
+    case Op::kRandom:
+      break;
+    case Op::kDropout:  // the data, and the probabilities unless immediate
+      r.reads[0] = true;
+      r.reads[1] = !(in.flags & kFlagOperand0Imm);
+      break;
   }
   return r;
 }

@@ -41,7 +41,10 @@ const char* opName(Op op) {
                                 "max8",
                                 "nc_find_index8",
                                 "nc_match_replace8",
-                                "nonzero_with_count"};
+                                "nonzero_with_count",
+                                "random_seed",
+                                "rand",
+                                "dropout"};
   const int k = static_cast<int>(op);
   return k < kOps ? names[k] : "?";
 }
@@ -139,7 +142,12 @@ void Program::checkStructure() const {
              ", " + std::to_string(hi) + "] of " + bufferToken(a.buffer) +
              ", which has " + std::to_string(n));
     };
-    checkAccess(in.dst, true, "destination");
+    // random_seed alone writes no memory (it sets the random state).
+    if (in.op == Op::kRandomSeed) {
+      if (in.dst.buffer >= 0) fail("writes no destination");
+    } else {
+      checkAccess(in.dst, true, "destination");
+    }
     for (int s = 0; s < 3; ++s) {
       if (!roles.uses(s)) continue;
       checkAccess(in.src[s], roles.reads[s] || roles.writes[s],
@@ -268,6 +276,23 @@ void Program::checkStructure() const {
         }
         break;
       }
+      case Op::kRandomSeed:
+        if (roles.reads[0] &&
+            (in.src[0].count() != 1 ||
+             elementSize(buffers_[in.src[0].buffer].dtype) != 4))
+          fail("the seed " + shapeString(in.src[0]) +
+               " is not one 32-bit element");
+        if (!roles.reads[0] &&
+            !(in.imm[0] >= 0 && in.imm[0] < 4294967296.0 &&
+              in.imm[0] ==
+                  static_cast<double>(static_cast<int64_t>(in.imm[0]))))
+          fail("the seed is not a 32-bit value");
+        break;
+      case Op::kRandom:
+        if (!isFloat(buffers_[in.dst.buffer].dtype))
+          fail("uniform values in [0, 1) need a float destination, not " +
+               std::string(dtypeName(buffers_[in.dst.buffer].dtype)));
+        break;
       default:
         for (int s = 0; s < 3; ++s)
           if (roles.uses(s) && !sameShape(in.src[s], in.dst))

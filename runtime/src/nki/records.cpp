@@ -36,11 +36,12 @@ const FlagName kFlagNameTable[kFlagNames] = {
 
 const char* opRecordName(Op op) {
   static const char* const names[kOps] = {
-      "copy",   "tensor_tensor", "tensor_scalar",  "activation",
-      "reduce", "matmul",        "iota",           "memset",
-      "select", "affine_select", "bn_stats",       "bn_aggr",
-      "scan",   "transpose",     "gather",         "dma_dynamic",
-      "max8",   "find_index8",   "match_replace8", "nonzero_with_count"};
+      "copy",        "tensor_tensor", "tensor_scalar",  "activation",
+      "reduce",      "matmul",        "iota",           "memset",
+      "select",      "affine_select", "bn_stats",       "bn_aggr",
+      "scan",        "transpose",     "gather",         "dma_dynamic",
+      "max8",        "find_index8",   "match_replace8", "nonzero_with_count",
+      "random_seed", "rand",          "dropout"};
   const int k = static_cast<int>(op);
   return k < kOps ? names[k] : "?";
 }

@@ -1,10 +1,13 @@
 #include "neuron_runtime/nki/tile_math.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "neuron_runtime/nki/parallel.h"
@@ -333,6 +336,65 @@ void nonzeroPositions(const float* x, int64_t n, int64_t offset,
     if (x[k] != 0) out[count++] = k + offset;
   for (int64_t k = count; k < n; ++k) out[k] = padding;
   out[n] = count;
+}
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+// SplitMix64's output function (Steele, Lea and Flood 2014).
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+uint64_t randomBits(uint64_t key, uint64_t position) {
+  return mix64(key + (position + 1) * kGolden);
+}
+
+uint64_t randomKeyOfSeed(uint32_t seed) {
+  return mix64(static_cast<uint64_t>(seed) ^ 0x6a09e667f3bcc909ULL);
+}
+
+uint64_t freshRandomKey() {
+  static const uint64_t process = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+           static_cast<uint64_t>(
+               std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  static std::atomic<uint64_t> runs{0};
+  const uint64_t k = runs.fetch_add(1, std::memory_order_relaxed);
+  // A different odd multiplier than the stream's, so that keys are not
+  // positions of one another's streams.
+  return mix64(process ^ mix64((k + 1) * 0xd1b54a32d192ed03ULL));
+}
+
+void uniformRow(uint64_t key, uint64_t position, int64_t n, int bits,
+                float* out) {
+  const float scale = std::ldexp(1.0f, -bits);
+  for (int64_t k = 0; k < n; ++k) {
+    const uint64_t b = randomBits(key, position + static_cast<uint64_t>(k));
+    out[k] = static_cast<float>(b >> (64 - bits)) * scale;
+  }
+}
+
+int significantBits(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return 8;
+    case DType::kF16:
+      return 11;
+    case DType::kF8E4M3:
+      return 4;
+    case DType::kF8E5M2:
+      return 3;
+    default:
+      return 24;
+  }
 }
 
 // Register-blocked: a 4 x 64 block of c stays in registers while k runs.

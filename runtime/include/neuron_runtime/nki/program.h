@@ -134,8 +134,29 @@ enum class Op : uint8_t {
   // imm[1] up to position T - 1, then the count at position T. The other
   // partitions of dst are not written.
   kNonzeroWithCount = 19,
+  // Random numbers (Vector engine). A run draws from one stream of values:
+  // value k is a counter-based hash of (the run's key, k) (tile_math.h
+  // randomBits), so the values depend on nothing but the key and the
+  // program. A run starts at position 0 of a fresh key (no two runs alike,
+  // as the hardware's generator); the random ops take positions in program
+  // order, each dst's in row-major order of its shape.
+  // nki.language.random_seed: the stream restarts at position 0 of the key
+  // of a 32-bit seed: the word src0 holds (a one-element tile of a 4-byte
+  // type, read when it runs: its bits, whatever the type), or imm[0] with
+  // kFlagOperand0Imm. It has no destination (dst has no buffer).
+  kRandomSeed = 20,
+  // nki.language.rand: dst = uniform values in [0, 1), k / 2^b for b the
+  // significant bits of dst's float type (24 for fp32), so that none rounds
+  // to 1.
+  kRandom = 21,
+  // nki.isa.dropout: dst = u < prob ? 0 : src0, u the next uniform value
+  // (fp32, 24 bits) for each element, prob src1 (a per-partition tile
+  // broadcast along the free dims) or imm[0] with kFlagOperand0Imm. The
+  // kept elements are unchanged (no rescaling; bit for bit when dst has
+  // src0's type); prob 0 keeps all, 1 drops all.
+  kDropout = 22,
 };
-constexpr int kOps = static_cast<int>(Op::kNonzeroWithCount) + 1;
+constexpr int kOps = static_cast<int>(Op::kDropout) + 1;
 // Partitions that share the offsets of a tensor indirection.
 constexpr int64_t kIndirectionGroup = 16;
 // Values per partition of max8 / nc_find_index8 / nc_match_replace8.

@@ -34,6 +34,27 @@ void matchPositions(const float* x, int64_t n, const float* vals,
 void nonzeroPositions(const float* x, int64_t n, int64_t offset,
                       int64_t padding, int64_t* out);
 
+// The random stream of a run (program.h, Op::kRandomSeed .. kDropout): a
+// counter-based generator, value `position` of the stream of `key` being
+// SplitMix64's output function of key + (position + 1) * golden ratio (the
+// position-th output of SplitMix64 started at key), so any value is computed
+// on its own, whatever thread or order.
+uint64_t randomBits(uint64_t key, uint64_t position);
+// The key of a 32-bit seed (hashed: nearby seeds give unrelated streams).
+uint64_t randomKeyOfSeed(uint32_t seed);
+// A key no earlier call in the process returned: a process-wide atomic
+// counter mixed with a per-process random value (two runs differ, two
+// processes too).
+uint64_t freshRandomKey();
+// out[k] = uniform value in [0, 1) of position + k: the top `bits` bits of
+// randomBits as j / 2^bits (exact in a float type of that many significant
+// bits; bits <= 24).
+void uniformRow(uint64_t key, uint64_t position, int64_t n, int bits,
+                float* out);
+// Significant bits (with the implicit one) of a float type: 24 for fp32, 8
+// for bf16, 11 for fp16, 4 for fp8 e4m3, 3 for e5m2; 24 for other types.
+int significantBits(DType t);
+
 // c[M][N] = sum_k s[k][M] * v[k][N] (row-major, fp32): the Tensor engine's
 // stationary^T x moving.
 void matmulKernel(const float* s, const float* v, float* c, int64_t K,
