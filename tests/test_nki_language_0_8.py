@@ -261,6 +261,7 @@ ALL_TYPES = [
     "bfloat16",
     "float16",
     "float8_e4m3",
+    "float8_e4m3fn",
     "float8_e5m2",
     "int32",
     "uint32",
@@ -281,7 +282,9 @@ def test_a_dtype_is_its_numpy_name(name):
     assert isinstance(d, nki.dtype)
 
 
-NUMPY_NATIVE_TYPES = [n for n in ALL_TYPES if n not in ("bfloat16", "float8_e4m3", "float8_e5m2")]
+NUMPY_NATIVE_TYPES = [
+    n for n in ALL_TYPES if n not in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2")
+]
 
 
 @pytest.mark.parametrize("name", NUMPY_NATIVE_TYPES)
@@ -296,8 +299,11 @@ def test_np_dtype_of_bfloat16_and_fp8_is_the_simulator_array_type():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     assert np.dtype(nl.bfloat16) == np.dtype(ml_dtypes.bfloat16)
     assert np.dtype(nl.float8_e5m2) == np.dtype(ml_dtypes.float8_e5m2)
-    # The simulator's float8_e4m3 is e4m3fn (max 448): NumPy arrays of it too.
-    assert np.dtype(nl.float8_e4m3) == np.dtype(ml_dtypes.float8_e4m3fn)
+    # NKI's two E4M3 types (tests/test_nki_fp8_types.py): float8_e4m3 is
+    # IEEE-style (max 240), float8_e4m3fn has no inf (max 448).
+    assert np.dtype(nl.float8_e4m3) == np.dtype(ml_dtypes.float8_e4m3)
+    assert np.dtype(nl.float8_e4m3fn) == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert nl.float8_e4m3 != nl.float8_e4m3fn
     x = np.arange(4, dtype=np.float32).astype(nl.bfloat16)
     assert x.dtype == nl.bfloat16
 
@@ -315,7 +321,7 @@ def test_nki_dtype_is_a_module_of_types_and_still_the_type():
     # `dtype: nki.dtype = nl.bfloat16` and isinstance checks.
     import nki.dtype as nt
 
-    assert nt.float8_e4m3 == nl.float8_e4m3
+    assert nt.float8_e4m3 == nl.float8_e4m3 and nt.float8_e4m3fn is nl.float8_e4m3fn
     assert nt.bfloat16 is nl.bfloat16 and nt.float32 is nl.float32
     assert nt.float8_e4m3fn_x4 is nl.float8_e4m3fn_x4
     assert isinstance(nl.int8, nki.dtype) and isinstance(nl.int8, nt)

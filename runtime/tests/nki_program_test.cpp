@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -217,14 +218,72 @@ TEST(NkiDtypeTest, NarrowingRoundsToNearestEven) {
   EXPECT_EQ(bf16ToFloat(floatToBf16(1.01171875f)), 1.015625f);
   EXPECT_EQ(f16ToFloat(floatToF16(65504.0f)), 65504.0f);
   EXPECT_TRUE(std::isinf(f16ToFloat(floatToF16(70000.0f))));
-  EXPECT_EQ(f8e4m3ToFloat(floatToF8e4m3(1000.0f)), 448.0f);  // saturates
-  EXPECT_EQ(f8e4m3ToFloat(floatToF8e4m3(0.3f)), 0.3125f);
+  EXPECT_EQ(f8e4m3fnToFloat(floatToF8e4m3fn(1000.0f)), 448.0f);  // saturates
+  EXPECT_EQ(f8e4m3fnToFloat(floatToF8e4m3fn(0.3f)), 0.3125f);
   EXPECT_EQ(f8e5m2ToFloat(floatToF8e5m2(3.0f)), 3.0f);
   for (int v = 0; v < 256; ++v) {
-    const float f = f8e4m3ToFloat(static_cast<uint8_t>(v));
-    if (!std::isnan(f))
-      EXPECT_EQ(floatToF8e4m3(f) & 0xff, v == 0x80 ? 0x80 : v);
+    const float f = f8e4m3fnToFloat(static_cast<uint8_t>(v));
+    if (!std::isnan(f)) EXPECT_EQ(floatToF8e4m3fn(f) & 0xff, v);
   }
+}
+
+// NKI's two E4M3 types: float8_e4m3fn (no inf, NaN S.1111.111, max 448) and
+// the IEEE-style float8_e4m3 (S.1111.000 = ±inf, S.1111.xxx NaN, max 240).
+// tests/test_nki_fp8_types.py checks both bit for bit against ml_dtypes.
+TEST(NkiDtypeTest, TwoE4m3Types) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(std::string(dtypeName(DType::kF8E4M3FN)), "float8_e4m3fn");
+  EXPECT_EQ(std::string(dtypeName(DType::kF8E4M3)), "float8_e4m3");
+  EXPECT_EQ(static_cast<int>(DType::kF8E4M3FN), 3);  // records keep meaning
+  EXPECT_TRUE(isFloat(DType::kF8E4M3) && isSigned(DType::kF8E4M3));
+  EXPECT_EQ(elementSize(DType::kF8E4M3), 1);
+  // Decoding the special codes.
+  EXPECT_EQ(f8e4m3ToFloat(0x77), 240.0f);
+  EXPECT_EQ(f8e4m3ToFloat(0x78), inf);
+  EXPECT_EQ(f8e4m3ToFloat(0xf8), -inf);
+  for (int v = 0x79; v <= 0x7f; ++v) {
+    EXPECT_TRUE(std::isnan(f8e4m3ToFloat(static_cast<uint8_t>(v)))) << v;
+    EXPECT_TRUE(std::isnan(f8e4m3ToFloat(static_cast<uint8_t>(v | 0x80))));
+  }
+  EXPECT_EQ(f8e4m3fnToFloat(0x78), 256.0f);
+  EXPECT_EQ(f8e4m3fnToFloat(0x7e), 448.0f);
+  EXPECT_TRUE(std::isnan(f8e4m3fnToFloat(0x7f)));
+  EXPECT_EQ(f8e4m3ToFloat(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(f8e4m3ToFloat(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  // Every finite code converts back to itself (-0 included).
+  for (int v = 0; v < 256; ++v) {
+    const float f = f8e4m3ToFloat(static_cast<uint8_t>(v));
+    if (std::isfinite(f)) EXPECT_EQ(floatToF8e4m3(f) & 0xff, v) << v;
+  }
+  // Round to nearest even; overflow and ±inf saturate to ±240; NaN is NaN.
+  EXPECT_EQ(f8e4m3ToFloat(floatToF8e4m3(0.3f)), 0.3125f);
+  EXPECT_EQ(floatToF8e4m3(1.0625f), 0x38);  // tie between 1 and 1.125: even
+  EXPECT_EQ(floatToF8e4m3(1.1875f), 0x3a);  // tie between 1.125 and 1.25
+  EXPECT_EQ(floatToF8e4m3(247.9f), 0x77);
+  EXPECT_EQ(floatToF8e4m3(248.0f), 0x77);  // the tie with 256 saturates
+  EXPECT_EQ(floatToF8e4m3(1000.0f), 0x77);
+  EXPECT_EQ(floatToF8e4m3(-1000.0f), 0xf7);
+  EXPECT_EQ(floatToF8e4m3(inf), 0x77);
+  EXPECT_EQ(floatToF8e4m3(-inf), 0xf7);
+  EXPECT_EQ(floatToF8e4m3fn(448.0f), 0x7e);
+  EXPECT_EQ(floatToF8e4m3fn(inf), 0x7e);
+  EXPECT_TRUE(std::isnan(f8e4m3ToFloat(floatToF8e4m3(std::nanf("")))));
+  EXPECT_EQ(floatToF8e4m3(std::ldexp(1.0f, -10)), 0x00);  // tie to even 0
+  EXPECT_EQ(floatToF8e4m3(std::ldexp(3.0f, -11)), 0x01);
+  EXPECT_EQ(floatToF8e4m3(-std::ldexp(1.0f, -12)), 0x80);  // -0
+  // A tile stored as one type and read back.
+  const float in[4] = {240.0f, 300.0f, -0.0f, 0.1f};
+  uint8_t buf[4];
+  float out[4];
+  storeRow(DType::kF8E4M3, buf, 1, 4, in);
+  loadRow(DType::kF8E4M3, buf, 1, 4, out);
+  EXPECT_EQ(out[0], 240.0f);
+  EXPECT_EQ(out[1], 240.0f);
+  EXPECT_TRUE(out[2] == 0.0f && std::signbit(out[2]));
+  EXPECT_EQ(out[3], 0.1015625f);
+  storeRow(DType::kF8E4M3FN, buf, 1, 4, in);
+  loadRow(DType::kF8E4M3FN, buf, 1, 4, out);
+  EXPECT_EQ(out[1], 288.0f);
 }
 
 namespace {

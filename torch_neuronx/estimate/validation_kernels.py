@@ -255,13 +255,15 @@ MAMBA_TUTORIAL = {"v1": mamba_v1, "v2": mamba_v2, "v3": mamba_v3}
 # fp32 dequantization scale of each row (rows, 1) (the library packs the two
 # into one tensor: the same bytes stored, in one DMA per tile instead of two).
 
-_FP8_MAX = 240.0
+_FP8_MAX = 240.0  # the library's clamp for IEEE-style float8_e4m3
 
 
 @nki.jit
 def rmsnorm_quant(x, gamma, eps=1e-6):
     rows, H = x.shape
-    out = nl.ndarray((rows, H), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+    # float8_e4m3fn, not the library's float8_e4m3: this kernel returns a torch
+    # tensor and torch has only e4m3fn; values clamped to 240 fit both alike.
+    out = nl.ndarray((rows, H), dtype=nl.float8_e4m3fn, buffer=nl.shared_hbm)
     scales = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     g = nl.load(gamma)  # [1, H]
     ones = nl.full((1, 128), 1.0, dtype=x.dtype)
@@ -286,7 +288,7 @@ def rmsnorm_quant(x, gamma, eps=1e-6):
         absmax = nisa.tensor_reduce(op=nl.maximum, data=nl.abs(normed), axis=(1,))
         dequant = nisa.activation(op=nl.copy, data=absmax, scale=1.0 / _FP8_MAX)
         quant = nl.reciprocal(dequant)
-        q = nisa.tensor_scalar(normed, op0=nl.multiply, operand0=quant, dtype=nl.float8_e4m3)
+        q = nisa.tensor_scalar(normed, op0=nl.multiply, operand0=quant, dtype=nl.float8_e4m3fn)
         nl.store(out[r * 128 : (r + 1) * 128, 0:H], value=q)
         nl.store(scales[r * 128 : (r + 1) * 128, 0:1], value=dequant)
     return out, scales

@@ -82,7 +82,12 @@ float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4 = NOT_SIMULATED
 float32 = _BY_NAME["float32"]
 bfloat16 = _BY_NAME["bfloat16"]
 float16 = _BY_NAME["float16"]
+# NKI's two 8-bit E4M3 types, distinct as in NKI: float8_e4m3 is IEEE-style
+# (±inf and NaNs in the top exponent, max 240; ml_dtypes.float8_e4m3, no
+# torch type), float8_e4m3fn has no inf and one NaN per sign (S.1111.111),
+# max 448 (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn).
 float8_e4m3 = _BY_NAME["float8_e4m3"]
+float8_e4m3fn = _BY_NAME["float8_e4m3fn"]
 float8_e5m2 = _BY_NAME["float8_e5m2"]
 int32 = _BY_NAME["int32"]
 uint32 = _BY_NAME["uint32"]
@@ -101,7 +106,7 @@ _BY_NAME.update(
         "bf16": bfloat16,
         "half": float16,
         "fp16": float16,
-        "float8_e4m3fn": float8_e4m3,
+        # NKI's older spelling of float8_e4m3 (the IEEE-style type).
         "float8e4": float8_e4m3,
         "float8e5": float8_e5m2,
         "bool_": bool_,
@@ -136,13 +141,26 @@ def as_dtype(x) -> DType:
 
 
 def torch_dtype(d: DType):
+    """The torch dtype of tensors of ``d``. ``nl.float8_e4m3`` (IEEE-style,
+    max 240) has none: torch's only E4M3 is float8_e4m3fn (max 448, another
+    type), so a torch tensor of it cannot exist; NumPy arrays of
+    ml_dtypes.float8_e4m3 (nki.simulate) can hold it."""
     import torch
 
+    if d.name == "float8_e4m3":
+        raise TypeError(
+            "nl.float8_e4m3 (IEEE-style E4M3, max 240) has no torch dtype: torch.float8_e4m3fn "
+            "is nl.float8_e4m3fn (no inf, max 448), a different type. A kernel tensor of "
+            "float8_e4m3 can be a NumPy array of ml_dtypes.float8_e4m3 (nki.simulate), "
+            "not a torch tensor; use nl.float8_e4m3fn for torch tensors"
+        )
+    if not d.is_simulated:
+        raise TypeError(f"{d.name} (an MX packed type) has no torch dtype here: not supported yet")
     return {
         "float32": torch.float32,
         "bfloat16": torch.bfloat16,
         "float16": torch.float16,
-        "float8_e4m3": torch.float8_e4m3fn,
+        "float8_e4m3fn": torch.float8_e4m3fn,
         "float8_e5m2": torch.float8_e5m2,
         "int32": torch.int32,
         "uint32": torch.uint32,
@@ -158,7 +176,7 @@ def numpy_dtype(d: DType):
     """The NumPy type for arrays of ``d`` (bfloat16 and fp8 need ml_dtypes)."""
     if not d.is_simulated:
         raise TypeError(f"{d.name} (an MX packed type) has no NumPy type here: not supported yet")
-    if d.name in ("bfloat16", "float8_e4m3", "float8_e5m2"):
+    if d.name in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2"):
         try:
             import ml_dtypes
         except ImportError as e:
@@ -167,7 +185,8 @@ def numpy_dtype(d: DType):
             ) from e
         return {
             "bfloat16": ml_dtypes.bfloat16,
-            "float8_e4m3": ml_dtypes.float8_e4m3fn,
+            "float8_e4m3": ml_dtypes.float8_e4m3,
+            "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
             "float8_e5m2": ml_dtypes.float8_e5m2,
         }[d.name]
     return np.dtype("bool" if d.name == "bool" else d.name)
@@ -175,13 +194,14 @@ def numpy_dtype(d: DType):
 
 def promote(a: DType, b: DType) -> DType:
     """The result type of a binary op on tiles of types a and b (NKI widens
-    to the wider float; float beats int)."""
+    to the wider float; float beats int; of the two E4M3 types, the wider
+    range: float8_e4m3fn)."""
     if a == b:
         return a
     if a.is_float != b.is_float:
         return a if a.is_float else b
     if a.is_float:
-        order = [float8_e5m2, float8_e4m3, bfloat16, float16, float32]
+        order = [float8_e5m2, float8_e4m3, float8_e4m3fn, bfloat16, float16, float32]
         if {a.name, b.name} == {"bfloat16", "float16"}:
             return float32
         return max(a, b, key=order.index)

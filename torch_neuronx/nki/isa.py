@@ -100,7 +100,7 @@ def _double_row_matmul(dst, stationary, moving, accumulate, loc) -> None:
                 "matmul-shape",
                 loc,
             )
-        if v.dtype.name not in ("float8_e4m3", "float8_e5m2"):
+        if v.dtype.name not in ("float8_e4m3", "float8_e4m3fn", "float8_e5m2"):
             raise error(
                 f"nc_matmul(perf_mode=double_row) takes FP8 operands, {name} is {v.dtype.name}",
                 "matmul-dtype",

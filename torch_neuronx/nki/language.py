@@ -46,7 +46,7 @@ from .nki_object import NKIObject  # noqa: F401
 from .trace_state import HBM, PSUM, SBUF, current, error, user_location
 from .view import View
 
-float8_e4m3fn = float8_e4m3
+float8_e4m3fn = _dt.float8_e4m3fn  # not float8_e4m3: NKI's two E4M3 types differ
 # NKI spells the boolean type both ways. It shadows the builtin in this
 # module: code here says _py.bool.
 bool = bool_  # noqa: A001
@@ -138,10 +138,15 @@ class _FInfo:
                 1.1754944e-38,
             )
         else:
-            self.max = {"float8_e4m3": 448.0, "float8_e5m2": 57344.0}[d.name]
+            # float8_e4m3 is IEEE-style (max 240), float8_e4m3fn not (448).
+            self.max = {"float8_e4m3": 240.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}[
+                d.name
+            ]
             self.min = -self.max
-            self.eps = {"float8_e4m3": 0.125, "float8_e5m2": 0.25}[d.name]
-            self.tiny = {"float8_e4m3": 2.0**-6, "float8_e5m2": 2.0**-14}[d.name]
+            self.eps = {"float8_e4m3": 0.125, "float8_e4m3fn": 0.125, "float8_e5m2": 0.25}[d.name]
+            self.tiny = {"float8_e4m3": 2.0**-6, "float8_e4m3fn": 2.0**-6, "float8_e5m2": 2.0**-14}[
+                d.name
+            ]
         self.bits = d.itemsize * 8
         self.dtype = d
 

@@ -33,11 +33,11 @@ float roundToFormat(float a, int mant, int emin) {
 
 uint8_t encodeF8(float f, int mant, int bias, float max_finite, bool has_inf) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  if (std::isnan(f)) return has_inf ? 0x7f : 0x7f;
+  if (std::isnan(f)) return 0x7f;  // a NaN in e4m3fn, e4m3 and e5m2 alike
   float a = std::fabs(f);
   const int emin = 1 - bias;
   a = roundToFormat(a, mant, emin);
-  if (a > max_finite || std::isinf(a)) a = max_finite;  // saturate
+  if (a > max_finite || std::isinf(a)) a = max_finite;  // saturate, ±inf too
   if (a == 0.0f) return sign;
   int e;
   const float m = std::frexp(a, &e);  // a = m * 2^e
@@ -111,13 +111,16 @@ int elementSize(DType t) {
 
 const char* dtypeName(DType t) {
   static const char* names[] = {
-      "float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int32",
-      "uint32",  "int16",    "uint16",  "int8",        "uint8",       "bool"};
+      "float32", "bfloat16", "float16",    "float8_e4m3fn", "float8_e5m2",
+      "int32",   "uint32",   "int16",      "uint16",        "int8",
+      "uint8",   "bool",     "float8_e4m3"};
   const int k = static_cast<int>(t);
   return k < static_cast<int>(DType::kCount) ? names[k] : "?";
 }
 
-bool isFloat(DType t) { return static_cast<int>(t) <= 4; }
+bool isFloat(DType t) {
+  return static_cast<int>(t) <= 4 || t == DType::kF8E4M3;
+}
 
 bool isSigned(DType t) {
   return isFloat(t) || t == DType::kI32 || t == DType::kI16 || t == DType::kI8;
@@ -163,8 +166,10 @@ uint16_t floatToF16(float f) {
   return sign | static_cast<uint16_t>(((exp + 15) << 10) | frac);
 }
 
-float f8e4m3ToFloat(uint8_t v) { return decodeF8(v, 3, 7, false); }
-uint8_t floatToF8e4m3(float f) { return encodeF8(f, 3, 7, 448.0f, false); }
+float f8e4m3fnToFloat(uint8_t v) { return decodeF8(v, 3, 7, false); }
+uint8_t floatToF8e4m3fn(float f) { return encodeF8(f, 3, 7, 448.0f, false); }
+float f8e4m3ToFloat(uint8_t v) { return decodeF8(v, 3, 7, true); }
+uint8_t floatToF8e4m3(float f) { return encodeF8(f, 3, 7, 240.0f, true); }
 float f8e5m2ToFloat(uint8_t v) { return decodeF8(v, 2, 15, true); }
 uint8_t floatToF8e5m2(float f) { return encodeF8(f, 2, 15, 57344.0f, true); }
 
@@ -188,6 +193,11 @@ void loadRow(DType t, const void* base, int64_t stride, int64_t n, float* out) {
     case DType::kF16: {
       const uint16_t* p = static_cast<const uint16_t*>(base);
       for (int64_t k = 0; k < n; ++k) out[k] = f16ToFloat(p[k * stride]);
+      return;
+    }
+    case DType::kF8E4M3FN: {
+      const uint8_t* p = static_cast<const uint8_t*>(base);
+      for (int64_t k = 0; k < n; ++k) out[k] = f8e4m3fnToFloat(p[k * stride]);
       return;
     }
     case DType::kF8E4M3: {
@@ -237,6 +247,11 @@ void storeRow(DType t, void* base, int64_t stride, int64_t n, const float* in) {
     case DType::kF16: {
       uint16_t* p = static_cast<uint16_t*>(base);
       for (int64_t k = 0; k < n; ++k) p[k * stride] = floatToF16(in[k]);
+      return;
+    }
+    case DType::kF8E4M3FN: {
+      uint8_t* p = static_cast<uint8_t*>(base);
+      for (int64_t k = 0; k < n; ++k) p[k * stride] = floatToF8e4m3fn(in[k]);
       return;
     }
     case DType::kF8E4M3: {

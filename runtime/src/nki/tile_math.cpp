@@ -388,6 +388,7 @@ int significantBits(DType t) {
       return 8;
     case DType::kF16:
       return 11;
+    case DType::kF8E4M3FN:
     case DType::kF8E4M3:
       return 4;
     case DType::kF8E5M2:

@@ -1,6 +1,7 @@
 // Element types of NKI tiles and their conversions to and from the engines'
 // fp32 datapath. Narrowing rounds to nearest even, as the engines' output
-// converters do; fp8 saturates to the format's largest finite value.
+// converters do; fp8 saturates to the format's largest finite value (every
+// fp8 type, ±inf inputs included; NaN stays NaN).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@ enum class DType : uint8_t {
   kF32 = 0,
   kBF16 = 1,
   kF16 = 2,
-  kF8E4M3 = 3,  // e4m3fn: max 448, no infinities
+  kF8E4M3FN = 3,  // NKI float8_e4m3fn: max 448, no infinities, NaN S.1111.111
   kF8E5M2 = 4,
   kI32 = 5,
   kU32 = 6,
@@ -21,7 +22,11 @@ enum class DType : uint8_t {
   kI8 = 9,
   kU8 = 10,
   kBool = 11,  // one byte, 0 or 1
-  kCount = 12,
+  // NKI float8_e4m3, IEEE-style: bias 7, exponent 1111 holds ±inf (S.1111.000)
+  // and NaNs, max 240. Added after the others: earlier codes keep their
+  // meaning in records.
+  kF8E4M3 = 12,
+  kCount = 13,
 };
 
 int elementSize(DType t);
@@ -33,7 +38,9 @@ float bf16ToFloat(uint16_t v);
 uint16_t floatToBf16(float f);
 float f16ToFloat(uint16_t v);
 uint16_t floatToF16(float f);
-float f8e4m3ToFloat(uint8_t v);
+float f8e4m3fnToFloat(uint8_t v);  // kF8E4M3FN
+uint8_t floatToF8e4m3fn(float f);
+float f8e4m3ToFloat(uint8_t v);  // kF8E4M3 (IEEE-style)
 uint8_t floatToF8e4m3(float f);
 float f8e5m2ToFloat(uint8_t v);
 uint8_t floatToF8e5m2(float f);

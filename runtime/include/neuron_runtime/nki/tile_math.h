@@ -52,7 +52,7 @@ uint64_t freshRandomKey();
 void uniformRow(uint64_t key, uint64_t position, int64_t n, int bits,
                 float* out);
 // Significant bits (with the implicit one) of a float type: 24 for fp32, 8
-// for bf16, 11 for fp16, 4 for fp8 e4m3, 3 for e5m2; 24 for other types.
+// for bf16, 11 for fp16, 4 for fp8 e4m3(fn), 3 for e5m2; 24 for other types.
 int significantBits(DType t);
 
 // c[M][N] = sum_k s[k][M] * v[k][N] (row-major, fp32): the Tensor engine's
