@@ -119,3 +119,28 @@ def test_what_nki_does_not_support_is_an_error_at_the_kernel_line(kernel, shape,
     # The process goes on: a good kernel still runs.
     y = torch.ones(8, 4, device="neuron")
     assert transpose_from_hbm(y).shape == (4, 8)
+
+
+@nki.jit
+def nc_transpose_4d_patterns(a):
+    # The Tensor engine's transpose between [P, 1, 1, F] and [F, 1, 1, P]
+    # access patterns (NKI-lib's form): the unit dims carry no data.
+    P, F = a.shape
+    x = nl.ndarray((P, F), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    t = nl.ndarray((F, P), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_transpose(
+        dst=t.ap([[P, F], [1, 1], [1, 1], [1, P]]),
+        data=x.ap([[F, P], [1, 1], [1, 1], [1, F]]),
+    )
+    o = nl.ndarray((F, P), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=o, src=t)
+    out = nl.ndarray((F, P), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=o)
+    return out
+
+
+def test_nc_transpose_between_4d_access_patterns():
+    x = RNG.standard_normal((64, 32)).astype(np.float32)
+    got = nc_transpose_4d_patterns(torch.from_numpy(x).to("neuron"))
+    np.testing.assert_array_equal(got.cpu().numpy(), x.T)

@@ -7,6 +7,7 @@ the result is produced in place, one instruction, as the hardware does.
 
 from __future__ import annotations
 
+from . import element_order
 from . import isa_constants as constants  # noqa: F401 (nki.isa.constants)
 from . import language as nl
 from . import legacy_isa as _l
@@ -49,6 +50,18 @@ def _into(dst, value) -> None:
         raise dst.unsupported("writing through (a scatter)")
     if not isinstance(dst, View):
         raise error(f"dst must be a tensor, got {type(dst).__name__}", "operand")
+    if (
+        isinstance(value, View)
+        and value.shape != dst.shape
+        and value.size == dst.size
+        and not _l._broadcasts(value.shape, dst.shape)
+    ):
+        # A destination access pattern of another shape and the same size
+        # (NKI-lib's [F, 1, 1, P] patterns): the result's elements go to it in
+        # row-major order, as the engines write them.
+        paired = element_order.paired_views(value, dst)
+        if paired is not None:
+            value, dst = paired
     nl._assign(dst, value)
 
 
