@@ -40,6 +40,7 @@ from .legacy_isa import (  # noqa: F401
     unknown_engine,
     vector_engine,
 )
+from .logical_core import core_barrier, sendrecv  # noqa: F401
 from .random_numbers import dropout  # noqa: F401
 from .trace_state import PSUM, current, error, user_location
 from .view import View

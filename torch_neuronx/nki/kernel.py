@@ -240,8 +240,10 @@ def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
     # Tiles' operators (`a + b`, `t[...] = v`) are the language's functions,
     # which it hands to View when it loads (view.use_language).
     from . import language  # noqa: F401
+    from .logical_core import Turnstile, is_lnc_launch
 
-    t = Trace(grid)
+    lnc = 2 if is_lnc_launch(grid) else 1
+    t = Trace(grid, lnc=lnc)
     prev = getattr(trace_state.state, "trace", None)
     trace_state.state.trace = t
     try:
@@ -256,13 +258,18 @@ def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
         for n, v in views.items():
             bound.arguments[n] = v
         result = None
-        ids = list(itertools.product(*(range(g) for g in grid))) if grid else [()]
-        for k, pid in enumerate(ids):
-            t.program_id = pid
-            t.shared_counter = 0
-            ret = fn(*bound.args, **bound.kwargs)
-            if k == 0:
-                result = ret
+        if lnc > 1:
+            # LNC=2: the two physical cores' programs, traced in turn on
+            # their own threads and interleaved at their barriers.
+            result = Turnstile(t, lnc).run(fn, bound.args, bound.kwargs)[0]
+        else:
+            ids = list(itertools.product(*(range(g) for g in grid))) if grid else [()]
+            for k, pid in enumerate(ids):
+                t.program_id = pid
+                t.shared_counter = 0
+                ret = fn(*bound.args, **bound.kwargs)
+                if k == 0:
+                    result = ret
         outputs: list = []
         result_shapes: dict = {}
         structure = _result_structure(result, t, views, arg_order, outputs, result_shapes)
@@ -361,6 +368,7 @@ def _build(t: Trace, externals: int):
             b.external,
             int(b.initialized),
             b.loc if b.loc is not None else -1,
+            b.core,
         ]
     C = _c()
     try:

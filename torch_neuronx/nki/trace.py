@@ -21,6 +21,7 @@ view.py (the tensors a kernel handles), view_indexing.py and dynamic_index.py
 from __future__ import annotations
 
 import math
+import threading
 
 from . import dtypes as dt
 from . import layout
@@ -52,7 +53,13 @@ from .view import View
 class Trace:
     """The tile program being recorded."""
 
-    def __init__(self, grid: tuple):
+    def __init__(self, grid: tuple, lnc: int = 1):
+        # program_id and shared_counter belong to the program being traced:
+        # an LNC=2 launch traces its two cores on two threads
+        # (logical_core.py), so they are per thread.
+        self._per_thread = threading.local()
+        self._program_id: tuple = (0,) * len(grid)
+        self._shared_counter = 0
         self.buffers: list[Buf] = []
         self.words: list[int] = []
         self.imms: list[float] = []
@@ -61,12 +68,37 @@ class Trace:
         self._loc_ids: dict = {}
         self.externals = 0
         self.grid = grid
-        self.program_id: tuple = (0,) * len(grid)
+        # The physical cores traced together (2: an LNC=2 launch, one
+        # program per core, interleaved at barriers; logical_core.py).
+        self.lnc = lnc
+        self.cores = None  # the launch's logical_core.Turnstile (lnc == 2)
         self.shared: dict = {}  # shared_hbm allocations, by allocation order
-        self.shared_counter = 0
         self.ninstr = 0
         self.prints: list = []  # nl.device_print: (prefix, constant, buffer)
         self.matmul_written: set = set()  # PSUM regions a matmul wrote (accumulate=None)
+
+    @property
+    def program_id(self) -> tuple:
+        return getattr(self._per_thread, "program_id", self._program_id)
+
+    @program_id.setter
+    def program_id(self, value: tuple) -> None:
+        self._per_thread.program_id = value
+        self._program_id = value
+
+    @property
+    def shared_counter(self) -> int:
+        return getattr(self._per_thread, "shared_counter", self._shared_counter)
+
+    @shared_counter.setter
+    def shared_counter(self, value: int) -> None:
+        self._per_thread.shared_counter = value
+        self._shared_counter = value
+
+    @property
+    def core(self) -> int:
+        """The physical core the current program runs on (0 unless LNC=2)."""
+        return self.program_id[0] if self.lnc > 1 else 0
 
     # Locations -------------------------------------------------------
     def loc_id(self, loc) -> int:
@@ -108,6 +140,7 @@ class Trace:
                     "sbuf-capacity" if space == SBUF else "psum-capacity",
                     loc,
                 )
+        kw.setdefault("core", self.core if space != HBM else 0)
         b = Buf(len(self.buffers), space, dtype, shape, name, self.loc_id(loc), **kw)
         self.buffers.append(b)
         return b

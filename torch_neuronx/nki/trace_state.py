@@ -95,6 +95,7 @@ class Buf:
         "consumed",
         "kind",
         "pending_zero",
+        "core",
     )
 
     def __init__(
@@ -108,6 +109,7 @@ class Buf:
         external=-1,
         initialized=False,
         kind="tile",
+        core=0,
     ):
         self.index = index
         self.space = space
@@ -125,6 +127,9 @@ class Buf:
         # the call), so that a matmul group accumulating into it can write
         # the first product instead, as the NKI compiler does.
         self.pending_zero = None
+        # The physical core whose SBUF/PSUM holds the tile (an LNC=2
+        # launch's program id; 0 otherwise, and for HBM, which is shared).
+        self.core = core
 
     @property
     def elements(self) -> int:

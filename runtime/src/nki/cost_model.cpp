@@ -286,11 +286,25 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
   Profile out;
   const auto& buffers = prog.buffers();
   std::vector<History> history(buffers.size());
-  double engine_free[kEngines] = {0, 0, 0, 0, 0};
-  DmaBandwidth dma;
+  // A logical core of two physical cores (LNC=2: tiles on core 1) runs two
+  // sets of engines, each core's DMA queues at its share of the HBM
+  // bandwidth. An instruction runs on the core of the tiles it touches (a
+  // sendrecv's transfer: the receiving core's); one touching only HBM on
+  // core 0. The cores synchronise through their data: what a barrier orders
+  // (reads of what the other core wrote to HBM) waits on those writes.
+  double engine_free[kMaxCores][kEngines] = {};
+  DmaBandwidth dma[kMaxCores];
+  auto coreOf = [&](const Instruction& in) {
+    const Access* accesses[4] = {&in.dst, &in.src[0], &in.src[1], &in.src[2]};
+    for (const Access* a : accesses)
+      if (a->buffer >= 0 && buffers[a->buffer].space != Space::kHbm)
+        return buffers[a->buffer].core;
+    return 0;
+  };
   double end = 0;
   for (const Instruction& in : prog.instructions()) {
     const int e = static_cast<int>(in.engine);
+    const int core = coreOf(in);
     const double cost = instructionCost(prog, in, p);
     // Ready when what it reads was written, and what it overwrites was read
     // and written by earlier instructions. (An accumulating matmul's read of
@@ -329,21 +343,21 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
       ready =
           std::max({ready, readyAfter(h.writes, b), readyAfter(h.reads, b)});
     }
-    double start = std::max(engine_free[e], ready);
+    double start = std::max(engine_free[core][e], ready);
     double finish;
     if (in.engine == Engine::kDma) {
       // The bandwidth is the shared resource and the latency overlaps. The
       // DMA queues run independently: a transfer whose data is ready may use
       // time the bandwidth sat idle while an earlier one (in program order)
       // waited for its data.
-      start = dma.reserve(ready, cost);
+      start = dma[core].reserve(ready, cost);
       finish = start + cost + p.dma_latency_ns;
       int64_t rows = 1;
       out.dma_bytes += std::max(dmaBytes(prog, in.src[0], rows),
                                 dmaBytes(prog, in.dst, rows));
     } else {
       finish = start + cost;
-      engine_free[e] = finish;
+      engine_free[core][e] = finish;
     }
     if (in.op == Op::kMatmul)
       out.matmul_flops +=

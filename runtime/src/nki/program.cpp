@@ -391,48 +391,56 @@ void Program::planMemory() {
              kPsumBankBytes;
     return buf.bytes_per_partition;
   };
-  int64_t sbuf = 0, psum = 0, sbuf_hw = 0, psum_hw = 0;
+  // Each physical core of a logical core (LNC=2) has its own SBUF and PSUM:
+  // a tile counts against its core's.
+  int64_t sbuf[kMaxCores] = {}, psum[kMaxCores] = {};
+  int64_t sbuf_hw = 0, psum_hw = 0;
+  bool several_cores = false;
+  for (const Buffer& buf : buffers_) several_cores |= buf.core != 0;
   std::vector<int32_t> live;
   for (int64_t i = 0; i < ni; ++i) {
     for (int32_t b : starts[i]) {
       const Buffer& buf = buffers_[b];
-      (buf.space == Space::kSbuf ? sbuf : psum) += footprint(buf);
+      (buf.space == Space::kSbuf ? sbuf : psum)[buf.core] += footprint(buf);
       live.push_back(b);
     }
-    sbuf_hw = std::max(sbuf_hw, sbuf);
-    psum_hw = std::max(psum_hw, psum);
-    const bool over_sbuf = sbuf > kSbufBytesPerPartition;
-    const bool over_psum = psum > kPsumBytesPerPartition;
-    if (over_sbuf || over_psum) {
+    for (int c = 0; c < kMaxCores; ++c) {
+      sbuf_hw = std::max(sbuf_hw, sbuf[c]);
+      psum_hw = std::max(psum_hw, psum[c]);
+      const bool over_sbuf = sbuf[c] > kSbufBytesPerPartition;
+      const bool over_psum = psum[c] > kPsumBytesPerPartition;
+      if (!over_sbuf && !over_psum) continue;
       const Space space = over_sbuf ? Space::kSbuf : Space::kPsum;
       std::string list;
       int shown = 0;
       for (int32_t b : live) {
-        if (buffers_[b].space != space) continue;
+        if (buffers_[b].space != space || buffers_[b].core != c) continue;
         if (shown++ < 8)
           list += "\n  " + bufferToken(b) + ": " +
                   std::to_string(footprint(buffers_[b])) + " bytes";
       }
       if (shown > 8)
         list += "\n  ... and " + std::to_string(shown - 8) + " more";
+      const std::string on_core =
+          several_cores ? " on core " + std::to_string(c) : "";
       const Instruction& in = instructions_[i];
       throw ProgramError(
           in.loc, i,
           over_sbuf
-              ? "SBUF capacity exceeded: the live tiles need " +
-                    std::to_string(sbuf) +
+              ? "SBUF capacity exceeded" + on_core + ": the live tiles need " +
+                    std::to_string(sbuf[c]) +
                     " bytes per partition, SBUF has 196608 (192 KiB) per "
                     "partition. Live SBUF tiles:" +
                     list
-              : "PSUM capacity exceeded: the live tiles need " +
-                    std::to_string(psum / kPsumBankBytes) +
+              : "PSUM capacity exceeded" + on_core + ": the live tiles need " +
+                    std::to_string(psum[c] / kPsumBankBytes) +
                     " banks of 2 KiB per partition, PSUM has 8. Live PSUM "
                     "tiles:" +
                     list);
     }
     for (int32_t b : ends[i]) {
       const Buffer& buf = buffers_[b];
-      (buf.space == Space::kSbuf ? sbuf : psum) -= footprint(buf);
+      (buf.space == Space::kSbuf ? sbuf : psum)[buf.core] -= footprint(buf);
       live.erase(std::find(live.begin(), live.end(), b));
     }
   }

@@ -12,7 +12,7 @@ static_assert(sizeof(Instruction::imm) / sizeof(double) == kImmediates,
 
 const char* const kBufferFieldNames[kBufferWords] = {
     "space",    "dtype",       "elements", "partitions", "bytes_per_partition",
-    "external", "initialized", "loc"};
+    "external", "initialized", "loc",      "core"};
 
 const char* const kInstructionFieldNames[kInstructionHeaderWords] = {
     "op", "engine", "alu0", "alu1", "act", "flags", "loc", "keep"};
@@ -129,6 +129,13 @@ Program buildProgram(const int64_t* bw, int64_t num_buffers, const int64_t* iw,
     buf.external = static_cast<int32_t>(w[kBufferExternal]);
     buf.initialized = w[kBufferInitialized] != 0;
     buf.loc = static_cast<int32_t>(w[kBufferLoc]);
+    if (w[kBufferCore] < 0 || w[kBufferCore] >= kMaxCores)
+      throw ProgramError(buf.loc, -1,
+                         "buffer {buffer:" + std::to_string(b) +
+                             "} is on core " + std::to_string(w[kBufferCore]) +
+                             " (a logical core has at most " +
+                             std::to_string(kMaxCores) + ")");
+    buf.core = static_cast<int32_t>(w[kBufferCore]);
   }
   std::vector<Instruction> instructions(static_cast<size_t>(num_instructions));
   for (int64_t i = 0; i < num_instructions; ++i) {
@@ -159,6 +166,7 @@ void encodeBuffer(const Buffer& b, int64_t* w) {
   w[kBufferExternal] = b.external;
   w[kBufferInitialized] = b.initialized ? 1 : 0;
   w[kBufferLoc] = b.loc;
+  w[kBufferCore] = b.core;
 }
 
 void encodeInstruction(const Instruction& in, int64_t* w, double* imm) {

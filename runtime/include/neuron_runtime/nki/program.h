@@ -29,6 +29,8 @@ constexpr int64_t kPsumBanks = 8;
 constexpr int64_t kPsumBankBytes = 2 * 1024;
 constexpr int64_t kPsumBytesPerPartition = kPsumBanks * kPsumBankBytes;
 constexpr int kMaxDims = 5;
+// The physical cores of a logical NeuronCore (LNC=2 on trn2).
+constexpr int kMaxCores = 2;
 
 enum class Space : uint8_t { kHbm = 0, kSbuf = 1, kPsum = 2 };
 constexpr int kSpaces = 3;
@@ -46,6 +48,9 @@ struct Buffer {
   int32_t external = -1;
   bool initialized = false;  // arguments: their values are defined
   int32_t loc = -1;          // where it was allocated (source location id)
+  // The physical core of a logical core (LNC=2) whose SBUF/PSUM holds the
+  // tile: each core's tiles count against its own memories. 0 otherwise.
+  int32_t core = 0;
 };
 
 // Elements buffer.offset + sum(index[d] * stride[d]) for index < size.

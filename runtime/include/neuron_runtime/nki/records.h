@@ -25,6 +25,7 @@ enum BufferWord : int {
   kBufferExternal,
   kBufferInitialized,
   kBufferLoc,
+  kBufferCore,
   kBufferWords,
 };
 
