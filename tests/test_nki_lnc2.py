@@ -105,7 +105,14 @@ def sendrecv_in_place(a):
     out = nl.ndarray((n, m), dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((half, m), dtype=a.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=a[core * half : (core + 1) * half, :])
-    nisa.sendrecv(src=t, dst=t, send_to_rank=1 - core, recv_from_rank=1 - core, pipe_id=0)
+    nisa.sendrecv(
+        src=t,
+        dst=t,
+        send_to_rank=1 - core,
+        recv_from_rank=1 - core,
+        pipe_id=0,
+        dma_engine=nisa.dma_engine.gpsimd_dma,  # NKI 0.8's low-latency SB-to-SB path
+    )
     nisa.dma_copy(dst=out[core * half : (core + 1) * half, :], src=t)
     return out
 

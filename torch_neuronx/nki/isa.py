@@ -15,6 +15,7 @@ from .dynamic_index import IndirectView
 from .indexing import Expr
 from .isa_constants import (  # noqa: F401
     dge_mode,
+    dma_engine,
     engine,
     matmul_perf_mode,
     nc_version,
@@ -31,7 +32,6 @@ from .isa_predicated import (  # noqa: F401
 from .isa_search import max8, nc_find_index8, nc_match_replace8, nonzero_with_count  # noqa: F401
 from .legacy_isa import (  # noqa: F401
     NkiValidationError,
-    dma_engine,
     get_nc_version,
     gpsimd_engine,
     scalar_engine,

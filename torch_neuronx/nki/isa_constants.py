@@ -69,4 +69,23 @@ class matmul_perf_mode(enum.IntEnum):  # noqa: N801
     double_row = 1
 
 
-__all__ = ["dge_mode", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd"]
+class dma_engine(enum.IntEnum):  # noqa: N801
+    """NKI 0.8's DMA engine choice (``nisa.dma_engine``): the shared DMA
+    queues (the default) or GpSimd's internal DMA, for low-latency SBUF-to-SBUF
+    swaps between the two cores of an LNC=2 launch (``nisa.sendrecv``). The
+    simulator times both as DMA. (The original ISA's ``nisa.dma_engine`` is
+    the engine constant ``engine.dma``: legacy_isa keeps that meaning.)"""
+
+    dma = 0
+    gpsimd_dma = 1
+
+
+__all__ = [
+    "dge_mode",
+    "dma_engine",
+    "engine",
+    "matmul_perf_mode",
+    "nc_version",
+    "oob_mode",
+    "reduce_cmd",
+]
