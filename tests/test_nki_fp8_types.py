@@ -21,8 +21,6 @@ import numpy as np
 import pytest
 import torch
 
-from torch_neuronx.nki import NKIError
-
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 # (NKI type, NumPy type, largest finite value)
@@ -64,8 +62,9 @@ def test_numpy_and_torch_types_of_each():
     from torch_neuronx.nki import dtypes as dt
 
     assert dt.torch_dtype(nl.float8_e4m3fn) is torch.float8_e4m3fn
-    with pytest.raises(TypeError, match="float8_e4m3 .*has no torch dtype"):
-        dt.torch_dtype(nl.float8_e4m3)
+    # A result of e4m3 comes back in torch's float8_e4m3fn (same bytes: see
+    # test_an_e4m3_result_is_a_float8_e4m3fn_tensor_of_its_values).
+    assert dt.torch_dtype(nl.float8_e4m3) is torch.float8_e4m3fn
 
 
 def test_aliases_finfo_promote_and_the_dtype_module():
@@ -235,11 +234,17 @@ def test_e4m3fn_torch_tensors_describe_as_e4m3fn():
     assert seen[-1] == (nl.float8_e4m3, 240.0)
 
 
-def test_fp8_e4m3_output_cannot_be_a_torch_tensor():
-    e4m3 = _to_type(nl.float8_e4m3)
-    with pytest.raises((TypeError, NKIError), match="float8_e4m3 .*no torch dtype"):
-        e4m3(torch.zeros(128, 4, device="neuron"))
-    # The fn type is torch's float8_e4m3fn.
+def test_an_e4m3_result_is_a_float8_e4m3fn_tensor_of_its_values():
+    # torch has no IEEE-style E4M3: the result holds e4m3's values (saturated
+    # at 240, NaN kept) in torch's float8_e4m3fn, byte for byte.
+    x = torch.tensor([[300.0, -1000.0, 0.1, float("nan")]] * 128)
+    got = _to_type(nl.float8_e4m3)(x.to("neuron")).cpu()
+    assert got.dtype == torch.float8_e4m3fn
+    ref = x.numpy().clip(-240, 240).astype(ml_dtypes.float8_e4m3)
+    assert np.array_equal(got.view(torch.uint8).numpy()[:, :3], ref.view(np.uint8)[:, :3])
+    assert torch.isnan(got.float()[:, 3]).all()
+    assert got.float()[0, :2].tolist() == [240.0, -240.0]
+    # The fn type is torch's float8_e4m3fn and saturates at 448.
     got = _to_type(nl.float8_e4m3fn)(torch.full((128, 4), 300.0, device="neuron"))
     assert got.dtype == torch.float8_e4m3fn and got.float().max().item() == 288.0
 

@@ -142,18 +142,16 @@ def as_dtype(x) -> DType:
 
 def torch_dtype(d: DType):
     """The torch dtype of tensors of ``d``. ``nl.float8_e4m3`` (IEEE-style,
-    max 240) has none: torch's only E4M3 is float8_e4m3fn (max 448, another
-    type), so a torch tensor of it cannot exist; NumPy arrays of
-    ml_dtypes.float8_e4m3 (nki.simulate) can hold it."""
+    max 240) has no torch type of its own (torch's only E4M3 is float8_e4m3fn,
+    max 448): a kernel result of it comes back as a torch.float8_e4m3fn
+    tensor holding the same values. Its bytes are the same: the simulator
+    saturates on store (no result element is e4m3's inf, 0x78), writes NaN as
+    0x7f (NaN in both), and every finite e4m3 value has the same code in
+    e4m3fn. (Torch float8_e4m3fn *arguments* are nl.float8_e4m3fn.)"""
     import torch
 
     if d.name == "float8_e4m3":
-        raise TypeError(
-            "nl.float8_e4m3 (IEEE-style E4M3, max 240) has no torch dtype: torch.float8_e4m3fn "
-            "is nl.float8_e4m3fn (no inf, max 448), a different type. A kernel tensor of "
-            "float8_e4m3 can be a NumPy array of ml_dtypes.float8_e4m3 (nki.simulate), "
-            "not a torch tensor; use nl.float8_e4m3fn for torch tensors"
-        )
+        return torch.float8_e4m3fn
     if not d.is_simulated:
         raise TypeError(f"{d.name} (an MX packed type) has no torch dtype here: not supported yet")
     return {
