@@ -13,6 +13,7 @@ import torch
 
 from torch_neuronx.nki import NKIError
 from torch_neuronx.nki.element_order import _common_shape
+from torch_neuronx.nki.view import View
 
 RNG = np.random.default_rng(3)
 
@@ -89,3 +90,22 @@ def test_shapes_that_do_not_nest_are_an_error_at_the_kernel_line():
     ) as e:
         not_nesting(torch.zeros(2, 3, device="neuron"))
     assert e.value.filename == __file__
+
+
+def test_with_unit_dims_needs_no_contiguity():
+    from torch_neuronx.nki.element_order import with_unit_dims
+    from torch_neuronx.nki.trace import Trace
+    from torch_neuronx.nki.trace_state import SBUF, state
+
+    t = Trace(())
+    prev = getattr(state, "trace", None)
+    state.trace = t
+    try:
+        buf = t.new_buffer(SBUF, nl.float32, (128, 4, 64))
+        tile = View(buf, 0, (128, 4, 64), (256, 64, 1))
+        sl = tile[:, 2, 0:48]  # [128, 48], steps (256, 1): not contiguous
+        v = with_unit_dims(sl, (128, 1, 48))
+        assert v.shape == (128, 1, 48) and v.strides == (256, 0, 1) and v.offset == 128
+        assert with_unit_dims(sl, (128, 2, 24)) is None
+    finally:
+        state.trace = prev

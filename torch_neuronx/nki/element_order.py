@@ -69,3 +69,15 @@ def paired_views(src: View, dst: View) -> tuple[View, View] | None:
         _split(src, [(n, da) for n, da, _ in pieces]),
         _split(dst, [(n, db) for n, _, db in pieces]),
     )
+
+
+def with_unit_dims(v: View, shape: tuple) -> View | None:
+    """``v`` as ``shape`` when the two differ only by dimensions of size 1
+    (any steps: a unit dimension moves nothing); None otherwise."""
+    mine = [(n, st) for n, st in zip(v.shape, v.strides, strict=True) if n != 1]
+    if [n for n, _ in mine] != [n for n in shape if n != 1]:
+        return None
+    v.verify()
+    it = iter(mine)
+    strides = tuple(0 if n == 1 else next(it)[1] for n in shape)
+    return View(v.buf, v.offset, tuple(shape), strides)

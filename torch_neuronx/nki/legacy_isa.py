@@ -461,8 +461,11 @@ def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
         )
     if src.shape != dst.shape and src.dyn is not None and dst.dyn is None:
         # A row read at run time into a tile of another shape (cache[idx, :]
-        # is [D], the tile [1, D]): the tile takes the row's shape.
-        dst = dst.reshape(src.shape)
+        # is [D], the tile [1, D]): the tile takes the row's shape — by unit
+        # dims alone when that is the difference (a [P, h] slice of a 3-D tile
+        # under a [P, 1, h] gather), which needs no contiguity.
+        squeezed = _element_order.with_unit_dims(dst, src.shape)
+        dst = dst.reshape(src.shape) if squeezed is None else squeezed
     if src.shape != dst.shape:
         if _broadcasts(src.shape, dst.shape):
             src = nl._bcast(src, dst.shape)
