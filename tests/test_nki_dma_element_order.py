@@ -109,3 +109,45 @@ def test_with_unit_dims_needs_no_contiguity():
         assert with_unit_dims(sl, (128, 2, 24)) is None
     finally:
         state.trace = prev
+
+
+@nki.jit
+def scatter_tile_columns(x, ids, out):
+    # Rows of a [P, NB, H] tile's slices scattered into HBM rows chosen at run
+    # time: the destination is a [P, 1, H] pattern with a vector_offset.
+    P, NB, H = x.shape
+    t = nl.ndarray((P, NB, H), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    idx = nl.ndarray((P, NB), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=ids)
+    for b in range(NB):
+        nisa.dma_copy(
+            dst=out.ap(
+                pattern=[[H, P], [1, 1], [1, H]],
+                offset=0,
+                vector_offset=idx.ap(pattern=[[NB, P], [1, 1]], offset=b),
+                indirect_dim=0,
+            ),
+            src=t[:, b, 0:H],
+        )
+    return out
+
+
+def test_a_tile_slice_scattered_to_run_time_rows_keeps_its_index():
+    P, NB, T, H = 8, 2, 32, 16
+    x = RNG.standard_normal((P, NB, H)).astype(np.float32)
+    perm = RNG.permutation(T)[: P * NB].reshape(P, NB).astype(np.int32)
+    out = np.zeros((T, H), dtype=np.float32)
+    got = (
+        scatter_tile_columns(
+            torch.from_numpy(x).to("neuron"),
+            torch.from_numpy(perm).to("neuron"),
+            torch.from_numpy(out).to("neuron"),
+        )
+        .cpu()
+        .numpy()
+    )
+    ref = out.copy()
+    for b in range(NB):
+        ref[perm[:, b]] = x[:, b, :]
+    np.testing.assert_array_equal(got, ref)

@@ -321,3 +321,28 @@ def test_the_two_cores_engines_are_timed_separately():
     assert two < 1.2 * one
     vector_work[2, 1](a)
     assert vector_work.last_profile.total_us > 1.4 * one
+
+
+@nki.jit
+def both_cores_zero_then_write_their_half(x, out):
+    # Each core zero-fills all of `out` (as a library's initialisation does
+    # when one shard covers everything), then writes its own half, then a
+    # barrier. On hardware both start together, so both zero-fills come
+    # before either half's write: the result is x.
+    P, F = x.shape[0] // 2, x.shape[1]
+    c = nl.program_id(0)
+    z = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(z, value=0.0)
+    nisa.dma_copy(dst=out[0:P, :], src=z)
+    nisa.dma_copy(dst=out[P : 2 * P, :], src=z)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[nl.ds(c * P, P), :])
+    nisa.dma_copy(dst=out[nl.ds(c * P, P), :], src=t)
+    nisa.core_barrier(out, (0, 1))
+    return out
+
+
+def test_the_cores_run_an_epoch_together_not_one_after_the_other():
+    x = RNG.random((256, 16)).astype(np.float32)
+    got = both_cores_zero_then_write_their_half[2](x, np.zeros_like(x))
+    np.testing.assert_array_equal(got, x)

@@ -60,6 +60,8 @@ def paired_views(src: View, dst: View) -> tuple[View, View] | None:
     """``(src', dst')`` of one shape whose positions pair the elements of
     ``src`` and ``dst`` in row-major order; None when no such pair of affine
     accesses exists. Both must have the same number of elements."""
+    if src.dyn is not None or dst.dyn is not None:
+        return None  # a run-time index is on one dimension: no re-splitting
     pieces = _common_shape(src.shape, dst.shape)
     if pieces is None:
         return None
@@ -74,6 +76,8 @@ def paired_views(src: View, dst: View) -> tuple[View, View] | None:
 def with_unit_dims(v: View, shape: tuple) -> View | None:
     """``v`` as ``shape`` when the two differ only by dimensions of size 1
     (any steps: a unit dimension moves nothing); None otherwise."""
+    if v.dyn is not None:
+        return None
     mine = [(n, st) for n, st in zip(v.shape, v.strides, strict=True) if n != 1]
     if [n for n, _ in mine] != [n for n in shape if n != 1]:
         return None

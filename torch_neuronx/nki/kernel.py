@@ -286,6 +286,7 @@ def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
                 buf.external = next_ext
                 prints.append((prefix, None, (next_ext, buf.shape, buf.dtype)))
                 next_ext += 1
+        t.interleave_cores()
         program = _build(t, next_ext)
     finally:
         trace_state.state.trace = prev

@@ -466,6 +466,11 @@ def _dma(dst, src, mask, dst_rmw_op, mode, loc) -> None:
         # under a [P, 1, h] gather), which needs no contiguity.
         squeezed = _element_order.with_unit_dims(dst, src.shape)
         dst = dst.reshape(src.shape) if squeezed is None else squeezed
+    elif src.shape != dst.shape and dst.dyn is not None and src.dyn is None:
+        # The mirror: a tile into rows chosen at run time (a scatter,
+        # vector_offset on the destination); the tile takes their shape.
+        squeezed = _element_order.with_unit_dims(src, dst.shape)
+        src = src.reshape(dst.shape) if squeezed is None else squeezed
     if src.shape != dst.shape:
         if _broadcasts(src.shape, dst.shape):
             src = nl._bcast(src, dst.shape)

@@ -193,9 +193,13 @@ class Turnstile:
                 "deadlock",
                 me.loc,
             )
+        # The meeting ends an epoch (Trace.interleave_cores); a sendrecv's
+        # transfers are an epoch of their own, between the two.
+        self.trace.epoch += 1
         if me.kind == "sendrecv":
             by_core = {core: me, peer: other}
             _exchange(self.trace, by_core[0], by_core[1])
+            self.trace.epoch += 1
 
 
 def _exchange(t, s0: _Sync, s1: _Sync) -> None:

@@ -72,6 +72,11 @@ class Trace:
         # program per core, interleaved at barriers; logical_core.py).
         self.lnc = lnc
         self.cores = None  # the launch's logical_core.Turnstile (lnc == 2)
+        # LNC=2: each instruction's (epoch, core). An epoch ends at each
+        # barrier / sendrecv meeting; interleave_cores() merges the two cores'
+        # instructions of an epoch, as the cores run them at the same time.
+        self.epoch = 0
+        self.instr_tags: list[tuple[int, int]] = []
         self.shared: dict = {}  # shared_hbm allocations, by allocation order
         self.ninstr = 0
         self.prints: list = []  # nl.device_print: (prefix, constant, buffer)
@@ -203,6 +208,7 @@ class Trace:
         imm = list(imm) + [0.0] * (layout.IMMEDIATES - len(imm))
         self.imms += [float(x) for x in imm[: layout.IMMEDIATES]]
         self.instr_locs.append(self.loc_id(loc))
+        self.instr_tags.append((self.epoch, self.core))
         idx = self.ninstr
         self.ninstr += 1
         if isinstance(dst, View):
@@ -222,6 +228,33 @@ class Trace:
     ACCESS = layout.ACCESS_WORDS
     _OP_WORD = layout.INSTRUCTION_FIELDS.index("op")
     _FLAGS_WORD = layout.INSTRUCTION_FIELDS.index("flags")
+
+    def interleave_cores(self) -> None:
+        """LNC=2: the turnstile records core 0's instructions of an epoch,
+        then core 1's; the two cores run theirs at the same time. Merges each
+        epoch's two streams one instruction from each in turn, keeping each
+        core's own order and every barrier boundary, so that what one core
+        does early in an epoch (zeroing an output) is not recorded after what
+        the other does late in it — the order the hardware never produces.
+        (Two cores writing the same HBM within an epoch is a race on hardware;
+        this is its most likely outcome.) Call once, after tracing."""
+        if self.lnc < 2 or not self.ninstr:
+            return
+        rank: dict = {}
+        keys = []
+        for i, (epoch, core) in enumerate(self.instr_tags):
+            r = rank.get((epoch, core), 0)
+            rank[(epoch, core)] = r + 1
+            keys.append((epoch, r, core, i))
+        order = [k[3] for k in sorted(keys)]
+        if order == list(range(self.ninstr)):
+            return
+        w, n = self.words, layout.INSTRUCTION_WORDS
+        m, imms = layout.IMMEDIATES, self.imms
+        self.words = [x for i in order for x in w[i * n : (i + 1) * n]]
+        self.imms = [x for i in order for x in imms[i * m : (i + 1) * m]]
+        self.instr_locs = [self.instr_locs[i] for i in order]
+        self.instr_tags = [self.instr_tags[i] for i in order]
 
     def flush_zero(self, buf: Buf) -> None:
         """Emits the deferred zeroing of a PSUM tile (something else reads
