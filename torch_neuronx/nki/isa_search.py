@@ -61,13 +61,7 @@ def _free(v: View) -> int:
 
 
 def _tile(x, what: str, name: str, loc) -> View:
-    """An SBUF/PSUM operand, statically indexed and in bounds."""
-    if x is None:
-        raise error(f"{name}: {what} is required", "operand", loc)
-    v = nl._on_chip(x, f"{name} {what}", loc)
-    v.static_only(f"{name} {what}", loc)
-    v.verify(loc=loc)
-    return v
+    return nl._static_operand(x, what, name, loc)
 
 
 def _rank(v: View, limit: int, what: str, name: str, loc) -> None:

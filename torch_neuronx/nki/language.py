@@ -374,6 +374,17 @@ def _on_chip(x, what: str, loc) -> View:
     return x
 
 
+def _static_operand(x, what: str, name: str, loc) -> View:
+    """An instruction's SBUF/PSUM operand ``what`` of ``name``: required,
+    statically indexed and in bounds."""
+    if x is None:
+        raise error(f"{name}: {what} is required", "operand", loc)
+    v = _on_chip(x, f"{name} {what}", loc)
+    v.static_only(f"{name} {what}", loc)
+    v.verify(loc=loc)
+    return v
+
+
 def _new_tile(shape, dtype, loc, space=SBUF) -> View:
     t = current()
     if not shape:

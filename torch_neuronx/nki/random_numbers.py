@@ -66,13 +66,7 @@ def _dtype(dtype, what: str, loc) -> _dt.DType:
 
 
 def _tile(x, what: str, name: str, loc) -> View:
-    """An SBUF/PSUM operand, statically indexed and in bounds."""
-    if x is None:
-        raise error(f"{name}: {what} is required", "operand", loc)
-    v = nl._on_chip(x, f"{name} {what}", loc)
-    v.static_only(f"{name} {what}", loc)
-    v.verify(loc=loc)
-    return v
+    return nl._static_operand(x, what, name, loc)
 
 
 # rand ----------------------------------------------------------------------------
