@@ -346,3 +346,24 @@ def test_the_cores_run_an_epoch_together_not_one_after_the_other():
     x = RNG.random((256, 16)).astype(np.float32)
     got = both_cores_zero_then_write_their_half[2](x, np.zeros_like(x))
     np.testing.assert_array_equal(got, x)
+
+
+@nki.jit
+def each_core_copies_the_identity(a):
+    # Core 0 does more work before asking for the identity than core 1: with
+    # one copy built by core 0 only, core 1 would read it before it is built.
+    n = a.shape[1]
+    core = nl.program_id(0)
+    out = nl.ndarray((2, n, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    if core == 0:
+        for _ in range(3):
+            scratch = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=scratch, value=1.0)
+    ident = nl.shared_identity_matrix(n, dtype=nl.float32)
+    nisa.dma_copy(dst=out[core], src=ident)
+    return out
+
+
+def test_each_core_builds_the_shared_constants_it_reads():
+    got = each_core_copies_the_identity[2](np.zeros((1, 32), dtype=np.float32))
+    np.testing.assert_array_equal(got, np.stack([np.eye(32, dtype=np.float32)] * 2))

@@ -50,11 +50,15 @@ _BLOCK_BYTES = 16 * 1024  # SBUF bytes per partition of one staging tile
 
 
 def _cache(t) -> dict:
-    c = getattr(t, "_nki_shared_constants", None)
-    if c is None:
-        c = {}
-        t._nki_shared_constants = c
-    return c
+    """The constants built so far, per physical core: the two cores of an
+    LNC=2 launch run at the same time (their instructions are merged), so
+    each builds and reads its own copy — a core never reads a constant whose
+    build the other core's stream has not reached yet."""
+    per_core = getattr(t, "_nki_shared_constants", None)
+    if per_core is None:
+        per_core = {}
+        t._nki_shared_constants = per_core
+    return per_core.setdefault(t.core, {})
 
 
 # nl.shared_identity_matrix ------------------------------------------------------
