@@ -3,21 +3,15 @@ view is not an error (NKI-lib's tile loops build views they never use); an
 instruction that uses it is, at the instruction's line, naming the line
 that built it. Kernels written here."""
 
-import inspect
-
 import nki
 import nki.isa as nisa
 import nki.language as nl
 import numpy as np
 import pytest
 import torch
+from kernel_source import line_of
 
 from torch_neuronx.nki import NKIError
-
-
-def line_of(fn, text):
-    src, start = inspect.getsourcelines(fn)
-    return start + next(k for k, s in enumerate(src) if text in s)
 
 
 @nki.jit

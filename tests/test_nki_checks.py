@@ -2,7 +2,6 @@
 breaks is an NKIError naming the kernel's source line, and nothing is left
 broken behind it."""
 
-import inspect
 import os
 
 import neuronxcc.nki.isa as lisa
@@ -12,18 +11,11 @@ import nki.language as nl
 import numpy as np
 import pytest
 import torch
+from kernel_source import line_of
 
 from torch_neuronx.nki import NKIError
 
 HERE = os.path.basename(__file__)
-
-
-def line_of(fn, text):
-    src, start = inspect.getsourcelines(fn)
-    for k, line in enumerate(src):
-        if text in line:
-            return start + k
-    raise AssertionError(text)
 
 
 def expect_error(kernel, args, text_in_kernel, limit, *phrases):

@@ -15,7 +15,6 @@ choices: a seed read when the kernel runs, a fresh state for each launch
 without one, broken rules as NKIErrors naming the kernel line.
 """
 
-import inspect
 import os
 
 import ml_dtypes
@@ -26,6 +25,7 @@ import nki.language as nl
 import numpy as np
 import pytest
 import torch
+from kernel_source import line_of
 
 import torch_neuronx.nki as tnki
 from torch_neuronx.nki import NKIError
@@ -405,12 +405,6 @@ def test_cost_is_max_min_ii_n_vector_cycles():
 
 
 # Broken rules: NKIErrors at the kernel line ----------------------------------------------------
-def line_of(fn, text):
-    src, start = inspect.getsourcelines(fn)
-    for k, line in enumerate(src):
-        if text in line:
-            return start + k
-    raise AssertionError(text)
 
 
 @nki.jit

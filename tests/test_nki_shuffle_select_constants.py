@@ -8,7 +8,6 @@ Each kernel is small, written here in the style of NKI's documentation, and
 checked against NumPy on NumPy arrays and on CPU and neuron tensors; each
 documented rule a kernel breaks is an NKIError naming the kernel's line."""
 
-import inspect
 import os
 
 import ml_dtypes
@@ -19,6 +18,7 @@ import nki.language as nl
 import numpy as np
 import pytest
 import torch
+from kernel_source import line_of
 
 from torch_neuronx.nki import NKIError
 
@@ -55,23 +55,13 @@ def _np(x):
     return x
 
 
-def line_of(fn, call, case=None):
-    """The line of the kernel's first ``call`` (after its ``case == ...`` test)."""
-    src, start = inspect.getsourcelines(fn)
-    k = 0
-    if case is not None:
-        k = next(i for i, line in enumerate(src) if f'case == "{case}"' in line)
-    for i in range(k, len(src)):
-        if call in src[i]:
-            return start + i
-    raise AssertionError(call)
-
-
 def expect_error(kernel, args, call, *phrases, case=None, limit=None):
     with pytest.raises(NKIError) as info:
         nki.simulate(kernel)(*args)
     e = info.value
-    assert e.lineno == line_of(kernel.fn, call, case), str(e)
+    assert e.lineno == line_of(
+        kernel.fn, call, after=None if case is None else f'case == "{case}"'
+    ), str(e)
     assert os.path.basename(e.filename) == HERE, str(e)
     if limit is not None:
         assert e.limit == limit, str(e)

@@ -13,7 +13,6 @@ pages' own example) and all ones when a value is absent; nonzero positions
 plus an offset, padding and the count, on partitions 0, 16, ..., 112 only.
 Broken rules are NKIErrors naming the kernel line."""
 
-import inspect
 import os
 
 import ml_dtypes
@@ -24,6 +23,7 @@ import nki.language as nl
 import numpy as np
 import pytest
 import torch
+from kernel_source import line_of
 
 import torch_neuronx.nki as tnki
 from torch_neuronx.nki import NKIError
@@ -439,12 +439,6 @@ def test_cost_is_n_vector_cycles_and_gpsimd_150_plus_n():
 
 
 # Broken rules: NKIErrors at the kernel line ----------------------------------------------------
-def line_of(fn, text):
-    src, start = inspect.getsourcelines(fn)
-    for k, line in enumerate(src):
-        if text in line:
-            return start + k
-    raise AssertionError(text)
 
 
 @nki.jit
