@@ -50,6 +50,9 @@ TrainiumModel modelOf(const HardwareSpec& s) {
   m.hop_latency_ns = s.hop_latency_ns;
   m.link_hop_latency_ns = s.link_hop_latency_ns;
   m.efa_hop_latency_ns = s.efa_hop_latency_ns;
+  m.efa_collective_fixed_ns = s.efa_collective_fixed_ns;
+  m.efa_collective_fixed_large_ns = s.efa_collective_fixed_large_ns;
+  m.efa_large_message_bytes = s.efa_large_message_bytes;
   return m;
 }
 
@@ -337,6 +340,12 @@ EstimateParts collectiveEstimate(CollectiveShape shape, double bytes,
   double bw = m.cc_bytes_per_ns / per_chip;
   if (ring_tier >= 1) bw = std::min(bw, m.chip_link_bytes_per_ns / 2);
   if (ring_tier >= 2) bw = std::min(bw, m.host_link_bytes_per_ns);
+  // A group across hosts: the fixed cost nccom-test publishes for two
+  // hosts (hardware_table.cpp), far above the in-host one.
+  if (ring_tier >= 2)
+    p.latency_ns = bytes < m.efa_large_message_bytes
+                       ? m.efa_collective_fixed_ns
+                       : m.efa_collective_fixed_large_ns;
 
   // Steps: a ring's (every step as slow as its slowest edge) or recursive
   // doubling-halving's (step i between partners 2^i apart in group order,

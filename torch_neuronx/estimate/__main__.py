@@ -3,6 +3,7 @@ step or generate() call on Trainium, from its configuration alone.
 
     python -m torch_neuronx.estimate --model Qwen/Qwen3-8B --config-only \\
         --target trn2 --lnc 2 --tp 4 --fsdp 8 --dp 1 --seq-len 4096 --batch 1 --dtype bf16
+    python -m torch_neuronx.estimate --torchtitan qwen3_8b.toml --cores 64
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import sys
 
+from . import torchtitan_recipe
 from .models import KNOWN_CONFIGS
 from .run import plan_generate, plan_training
 
@@ -25,8 +27,14 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
+        "--torchtitan",
+        metavar="RECIPE.toml",
+        help="plan a TorchTitan training recipe as written: model flavor, parallel degrees, "
+        "activation checkpointing, batch and sequence length from the file (with --cores "
+        "when it leaves data_parallel_shard_degree at -1); --target, --lnc and --layers apply",
+    )
+    p.add_argument(
         "--model",
-        required=True,
         help=f"a Hugging Face model name (built in: {', '.join(sorted(KNOWN_CONFIGS))}; "
         "others are looked up on the Hub) or a path to a config.json",
     )
@@ -47,8 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", help="parameter and activation dtype")
     p.add_argument(
         "--activation-checkpointing",
-        action="store_true",
-        help="recompute each decoder layer in backward (full activation checkpointing)",
+        nargs="?",
+        const="full",
+        default="none",
+        metavar="POLICY",
+        help="recompute in backward: full (the default when given alone: every layer), op "
+        "(TorchTitan's selective per-op policy) or a layer frequency N (every Nth layer)",
     )
     p.add_argument(
         "--sequence-parallel",
@@ -71,11 +83,32 @@ def _model_arg(model: str):
     return model
 
 
+def _plan_recipe(args, overrides):
+    recipe = torchtitan_recipe.load(args.torchtitan, cores=args.cores)
+    r = plan_training(
+        recipe.config,
+        target=args.target,
+        lnc=args.lnc or None,
+        config_overrides=overrides,
+        **recipe.kwargs,
+    )
+    r.model = recipe.model
+    r.notes = recipe.notes + list(r.notes)
+    return r
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if (args.model is None) == (args.torchtitan is None):
+        parser.error("give --model or --torchtitan RECIPE.toml (one of them)")
+    if args.torchtitan and args.generate:
+        parser.error("--torchtitan plans a training recipe (no --generate)")
     overrides = {"num_hidden_layers": args.layers} if args.layers else None
     try:
-        if args.generate:
+        if args.torchtitan:
+            r = _plan_recipe(args, overrides)
+        elif args.generate:
             if args.fsdp != 1:
                 raise ValueError("--generate takes --tp and --dp (no FSDP in inference)")
             r = plan_generate(
@@ -108,7 +141,7 @@ def main(argv=None) -> int:
                 sequence_parallel=args.sequence_parallel,
                 config_overrides=overrides,
             )
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(r.to_json(indent=1) if args.json else r)

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import init_device_mesh
 from torch.optim.optimizer import _get_foreach_kernels_supported_devices
 from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from . import checkpointing as ckpt
 
 # DTensor, its tensor-parallel plans and FSDP2 cost ~1 s to import (a planning run
 # needs them; `import torch_neuronx.estimate`, its CLI's --help and the validation
@@ -257,13 +258,13 @@ def apply(
     layout: Layout,
     tp_mesh,
     shard_mesh,
-    checkpoint: bool = False,
+    checkpoint: bool | str | int = False,
     sequence_parallel: bool = False,
     vocab_parallel: bool = True,
 ):
     """TP (with sequence parallelism, optional) on each decoder layer,
-    activation checkpointing (optional), FSDP2 on each layer and the root —
-    TorchTitan's order. Returns the model (the root may be wrapped)."""
+    activation checkpointing (``checkpointing.parse``'s policies), FSDP2 on
+    each layer and the root — TorchTitan's order. Returns the model (the root may be wrapped)."""
     # lazy: FSDP2, DTensor (see the imports)
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
@@ -282,10 +283,10 @@ def apply(
             parallelize_module(model, tp_mesh, _root_sp_plan(model, vocab_parallel))
     elif sequence_parallel:
         raise ValueError("sequence_parallel needs tp > 1 (it shards the sequence over TP ranks)")
-    if checkpoint:
+    if ckpt.parse(checkpoint) != "none":
         base = model.model
-        for i, layer in enumerate(layers):
-            base.layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
+        for i, layer in enumerate(ckpt.wrap_layers(layers, checkpoint)):
+            base.layers[i] = layer
         layers = list(base.layers)
     if layout.fsdp * layout.dp > 1:
         for i, layer in enumerate(layers):

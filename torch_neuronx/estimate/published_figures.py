@@ -301,7 +301,9 @@ FIGURES: list[Figure] = [
         "nccom-test -r 2 ... allr: 1024 | 256 | fp32 | 58 | 0.02 | 0.02",
         note=(
             "Latency-bound: 58 us is one collective's fixed cost (the page's times are flat "
-            "at 58-60 us from 1 KiB to 256 KiB)."
+            "at 58-60 us from 1 KiB to 256 KiB). Not adopted: 64 TP all-reduces at 58 us "
+            "would exceed trn1-llama2-7b-tpot's whole token; the page's newer runs "
+            "(nccom-allg-32r-512KiB, 6.2 us at 1 KiB) show a few us (docs/profiling.md)."
         ),
     ),
     _nccom(
@@ -346,7 +348,8 @@ FIGURES: list[Figure] = [
         nodes=2,
         note=(
             "Latency-bound: the fixed cost of an all-reduce over two instances (520 us at 8 B, "
-            "about 1.3 ms from 64 KiB to 2 MiB)."
+            "about 1.3 ms from 64 KiB to 2 MiB). Calibration: the model's fixed cost for a "
+            "group across hosts comes from this row and that plateau."
         ),
     ),
     _nccom(

@@ -13,6 +13,7 @@ from collections import defaultdict
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from . import checkpointing as ckpt
 from . import layout as lay
 from . import models
 from .capture import Capture
@@ -242,7 +243,7 @@ def plan_training(
     seq_len: int = 2048,
     dtype: str = "bf16",
     lr: float = 1e-4,
-    activation_checkpointing: bool = False,
+    activation_checkpointing: bool | str | int = False,
     sequence_parallel: bool = False,
     inputs=None,
     loss=None,
@@ -258,10 +259,14 @@ def plan_training(
     ``batch`` is per data-parallel rank (FSDP and DP ranks each take ``batch``
     sequences; TP ranks share theirs). ``sequence_parallel``: TP with sequence
     parallelism (norms on S/TP rows, reduce-scatter and all-gather in place of
-    TP's all-reduce; needs tp > 1 and a Hugging Face model)."""
+    TP's all-reduce; needs tp > 1 and a Hugging Face model).
+    ``activation_checkpointing``: ``False``/``"none"``, ``True``/``"full"``,
+    ``"op"`` (TorchTitan's per-op selective policy) or a layer frequency *k*
+    (every *k*-th layer recomputed): ``checkpointing.py``."""
     layout = lay.Layout(tp, fsdp, dp)
     layout.check(cores=cores)
     _check_sp(sequence_parallel, tp)
+    recompute = ckpt.parse(activation_checkpointing)
     dt = models.parse_dtype(dtype)
     hf = not callable(model)
     cfg = models.hf_config(model, config_overrides) if hf else None
@@ -288,7 +293,7 @@ def plan_training(
                 with models.default_dtype(dt):
                     m = model()
         layers = models.decoder_layers(m) if hf else []
-        if layout.world > 1 or activation_checkpointing:
+        if layout.world > 1 or recompute != "none":
             # Outside the fake mode: the mesh's own bookkeeping uses real CPU
             # tensors; the parameters stay fake.
             m = lay.apply(
@@ -297,7 +302,7 @@ def plan_training(
                 layout,
                 tp_mesh,
                 shard_mesh,
-                activation_checkpointing,
+                recompute,
                 sequence_parallel=sequence_parallel,
             )
         params = [p for p in m.parameters() if p.requires_grad]

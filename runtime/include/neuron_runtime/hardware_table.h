@@ -77,6 +77,12 @@ struct HardwareSpec {
   double hop_latency_ns;          // a collective step within a chip
   double link_hop_latency_ns;     // a step between chips (NeuronLink)
   double efa_hop_latency_ns;      // a step between hosts (EFA)
+  // A collective whose group spans hosts starts and finishes through the
+  // hosts' proxies: its fixed cost replaces collective_fixed_ns, and is
+  // higher from efa_large_message_bytes on (the runtime's other algorithm).
+  double efa_collective_fixed_ns;
+  double efa_collective_fixed_large_ns;
+  double efa_large_message_bytes;
 };
 
 const HardwareSpec& hardwareSpec(Target target);

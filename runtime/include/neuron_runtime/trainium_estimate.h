@@ -58,9 +58,12 @@ struct TrainiumModel {
   int cores_per_chip;             // physical
   int chips_per_host;
   double collective_fixed_ns;
-  double hop_latency_ns;       // a step within a chip
-  double link_hop_latency_ns;  // a step between chips
-  double efa_hop_latency_ns;   // a step between hosts
+  double hop_latency_ns;                 // a step within a chip
+  double link_hop_latency_ns;            // a step between chips
+  double efa_hop_latency_ns;             // a step between hosts
+  double efa_collective_fixed_ns;        // a group across hosts: small
+  double efa_collective_fixed_large_ns;  // ... from efa_large_message_bytes
+  double efa_large_message_bytes;
 };
 
 // The model of one NeuronCore of `target`.

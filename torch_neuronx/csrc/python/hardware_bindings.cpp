@@ -46,6 +46,9 @@ py::dict specDict(const neuron_rt::HardwareSpec& s) {
   d["hop_latency_ns"] = s.hop_latency_ns;
   d["link_hop_latency_ns"] = s.link_hop_latency_ns;
   d["efa_hop_latency_ns"] = s.efa_hop_latency_ns;
+  d["efa_collective_fixed_ns"] = s.efa_collective_fixed_ns;
+  d["efa_collective_fixed_large_ns"] = s.efa_collective_fixed_large_ns;
+  d["efa_large_message_bytes"] = s.efa_large_message_bytes;
   return d;
 }
 

@@ -87,6 +87,9 @@ py::dict modelDict(const neuron_rt::TrainiumModel& m) {
   d["hop_latency_ns"] = m.hop_latency_ns;
   d["link_hop_latency_ns"] = m.link_hop_latency_ns;
   d["efa_hop_latency_ns"] = m.efa_hop_latency_ns;
+  d["efa_collective_fixed_ns"] = m.efa_collective_fixed_ns;
+  d["efa_collective_fixed_large_ns"] = m.efa_collective_fixed_large_ns;
+  d["efa_large_message_bytes"] = m.efa_large_message_bytes;
   return d;
 }
 
