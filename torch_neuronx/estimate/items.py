@@ -44,8 +44,9 @@ NO_ITEM = {
 }
 
 # Collective ops -> (the kind the cost model takes, the item the neuron backend
-# queues for it: csrc/distributed/neuron_backend.cpp names each after its
-# ProcessGroup method; a functional collective runs the same method).
+# queues for it: csrc/distributed/neuron_backend_collectives.cpp and _p2p.cpp
+# name each after its ProcessGroup method; a functional collective runs the
+# same method).
 COLLECTIVES = {
     "c10d::allreduce_": ("allreduce", "c10d::allreduce"),
     "c10d::allreduce_coalesced_": ("allreduce", "c10d::allreduce_coalesced"),

@@ -16,8 +16,11 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/allocator_block.h"
+#include "core/allocator_snapshot.h"
 #include "core/device.h"
 #include "core/memory_history.h"
+#include "core/out_of_memory_report.h"
 #include "core/stream.h"
 
 namespace torch_neuronx {
@@ -39,21 +42,7 @@ size_t roundSize(size_t n) {
              : (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
 }
 
-struct Block {
-  c10::DeviceIndex device;
-  c10::StreamId stream;
-  size_t size;
-  size_t requested = 0;
-  char* ptr;
-  bool small;
-  bool allocated = false;
-  Block* prev = nullptr;  // neighbours in the same segment
-  Block* next = nullptr;
-  std::vector<c10::StreamId> stream_uses;  // other streams (record_stream)
-  const char* op = nullptr;                // what allocated it (snapshots)
-  uint64_t graph = 0;  // the capture it was allocated in (0: none)
-  std::shared_ptr<c10::GatheredContext> context;  // only while recording
-};
+using allocator::Block;
 
 // Part of a segment whose other parts are in use: free, but the segment
 // cannot go back to the runtime (CUDA's "non-releasable" memory).
@@ -457,33 +446,13 @@ class DeviceCache {
 
   [[noreturn]] void throwOutOfMemoryLocked(size_t nbytes) {
     auto& hbm = runtimeDevice(device_).hbm();
-    uint64_t capacity = hbm.capacity();
-    uint64_t free_bytes = capacity - hbm.bytesInUse();
-    uint64_t allocated = static_cast<uint64_t>(
-        stats_.allocated_bytes[static_cast<int>(StatType::AGGREGATE)].current);
-    uint64_t reserved_unused = reserved_ - allocated;
-    std::string limit_info, advice =
-                                "raise the per-core capacity with "
-                                "TORCH_NEURONX_HBM_BYTES_PER_CORE.";
-    if (limit_ != std::numeric_limits<uint64_t>::max()) {
-      // As CUDA's message: the cap, not the device, may be what ran out.
-      limit_info =
-          " This process has a memory limit of " + formatBytes(limit_) +
-          " (torch.neuron.set_per_process_memory_fraction(" +
-          c10::str(fraction_) + ")): " + formatBytes(limit_) + " allowed;";
-      advice = "raise the per-process memory fraction limit.";
-    }
-    TORCH_CHECK_WITH(
-        OutOfMemoryError, false, "neuron out of memory. Tried to allocate ",
-        formatBytes(nbytes), " on neuron:", static_cast<int>(device_),
-        ". neuron:", static_cast<int>(device_), " has a total capacity of ",
-        formatBytes(capacity), " of which ", formatBytes(free_bytes),
-        " is free.", limit_info, " Of the allocated memory ",
-        formatBytes(allocated), " is allocated by PyTorch, and ",
-        formatBytes(reserved_unused),
-        " is reserved by PyTorch but unallocated. Free tensors you no longer "
-        "need and call torch.neuron.empty_cache(), or ",
-        advice);
+    const uint64_t capacity = hbm.capacity();
+    throwOutOfMemory(OutOfMemoryFacts{
+        device_, nbytes, capacity, capacity - hbm.bytesInUse(),
+        static_cast<uint64_t>(
+            stats_.allocated_bytes[static_cast<int>(StatType::AGGREGATE)]
+                .current),
+        reserved_, limit_, fraction_});
   }
 
  public:
@@ -503,47 +472,16 @@ class DeviceCache {
 
   std::vector<SegmentSnapshot> snapshot() {
     std::lock_guard<std::mutex> g(mu_);
+    std::vector<const Block*> blocks;
     std::unordered_set<const Block*> pending;
-    for (const DeferredFree& d : deferred_) pending.insert(d.block);
-    std::vector<Block*> heads;
-    auto consider = [&](Block* b) {
-      if (!b->prev) heads.push_back(b);
-    };
-    for (auto& kv : live_) consider(kv.second);
-    for (Block* b : small_free_) consider(b);
-    for (Block* b : large_free_) consider(b);
-    for (const DeferredFree& d : deferred_) consider(d.block);
-    std::sort(heads.begin(), heads.end(),
-              [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
-    std::vector<SegmentSnapshot> out;
-    for (Block* head : heads) {
-      SegmentSnapshot seg{static_cast<int>(device_),
-                          reinterpret_cast<uint64_t>(head->ptr),
-                          0,
-                          0,
-                          0,
-                          0,
-                          static_cast<int64_t>(head->stream),
-                          head->small,
-                          {}};
-      for (Block* b = head; b; b = b->next) {
-        bool held = pending.count(b) > 0;  // freed, other streams pending
-        const char* state = held           ? "active_pending_free"
-                            : b->allocated ? "active_allocated"
-                                           : "inactive";
-        seg.total_size += b->size;
-        if (b->allocated && !held) {
-          seg.allocated_size += b->size;
-          seg.requested_size += b->requested;
-        }
-        if (b->allocated) seg.active_size += b->size;
-        seg.blocks.push_back(BlockSnapshot{
-            reinterpret_cast<uint64_t>(b->ptr), b->size,
-            b->allocated ? b->requested : 0, state, b->op, b->context});
-      }
-      out.push_back(std::move(seg));
+    for (auto& kv : live_) blocks.push_back(kv.second);
+    for (Block* b : small_free_) blocks.push_back(b);
+    for (Block* b : large_free_) blocks.push_back(b);
+    for (const DeferredFree& d : deferred_) {
+      blocks.push_back(d.block);
+      pending.insert(d.block);
     }
-    return out;
+    return segmentSnapshots(device_, blocks, pending);
   }
 
   std::vector<TraceEntry> trace() {
@@ -606,20 +544,6 @@ void deleteBlock(void* ctx) {
 }
 
 }  // namespace
-
-std::string formatBytes(uint64_t bytes) {
-  char buf[64];
-  if (bytes >= (1ull << 30))
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / double(1ull << 30));
-  else if (bytes >= (1ull << 20))
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", bytes / double(1ull << 20));
-  else if (bytes >= (1ull << 10))
-    std::snprintf(buf, sizeof(buf), "%.2f KiB", bytes / double(1ull << 10));
-  else
-    std::snprintf(buf, sizeof(buf), "%llu bytes",
-                  static_cast<unsigned long long>(bytes));
-  return buf;
-}
 
 c10::DataPtr CachingAllocator::allocateOn(c10::DeviceIndex device,
                                           size_t nbytes) {

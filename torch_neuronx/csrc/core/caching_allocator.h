@@ -96,7 +96,4 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
 CachingAllocator& cachingAllocator();
 
-// Human-readable formatting used in out-of-memory messages.
-std::string formatBytes(uint64_t bytes);
-
 }  // namespace torch_neuronx
