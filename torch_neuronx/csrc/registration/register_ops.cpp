@@ -21,6 +21,7 @@
 #include "ops/layer_norm.h"
 #include "ops/linear_backward.h"
 #include "ops/rnn_cells.h"
+#include "ops/scaled_mm.h"
 #include "ops/sync_batch_norm.h"
 
 namespace torch_neuronx {
@@ -112,6 +113,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          TORCH_FN(batchNormGatherStatsWithCounts));
   m.impl("batch_norm_backward_reduce", TORCH_FN(batchNormBackwardReduce));
   m.impl("batch_norm_backward_elemt", TORCH_FN(batchNormBackwardElemt));
+  // MX block scales computed here; tensor-/row-wise scales on the CPU kernel.
+  m.impl("_scaled_mm", torch::CppFunction::makeFromBoxedFunction<&scaledMm>());
   // Linear's gradients in one call (TorchNeuron and MPS have it).
   m.impl("linear_backward",
          TORCH_FN((Noted<kLinearBackward, &linearBackward>::call)));
