@@ -21,6 +21,8 @@ def _autoload() -> None:
 
 import torch  # noqa: E402  (after _autoload, see above)
 
+from . import ops as _python_ops  # noqa: E402
+
 # The parts that do not load _C (which must wait for step 1 of _register);
 # _register installs them in its steps.
 from .adapters import (  # noqa: E402
@@ -88,6 +90,8 @@ def _register():
     except ImportError:  # not installed as a distribution (a bare source tree)
         pass
     _aten_routing.register()
+    # FlashAttention's ATen ops (CUDA-only in ATen), which varlen_attn calls.
+    _python_ops.register()
 
     # 9. Queued device work finishes before the interpreter exits.
     atexit.register(_drain_at_exit)
