@@ -23,6 +23,7 @@ import functools
 
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 POLICIES = ("none", "full", "op")
 
@@ -93,8 +94,6 @@ def describe(policy) -> str:
 
 
 def _op_policy_context():
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
     keep = saved_ops()
     mm = torch.ops.aten.mm.default
     counts = collections.Counter()  # matmuls seen, in forward and in recompute

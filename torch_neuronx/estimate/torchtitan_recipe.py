@@ -26,6 +26,7 @@ and said so in the report's notes.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 
 import tomllib
@@ -62,8 +63,6 @@ def _get(doc: dict, section: str, key: str):
 
 def _torchtitan_args(name: str, flavor: str):
     try:
-        import importlib
-
         mod = importlib.import_module(f"torchtitan.models.{name}")
     except ImportError as e:
         raise ValueError(
