@@ -12,6 +12,8 @@ installs the finder at interpreter start (so ``import nki`` works before
 - ``nki``, ``nki.language``, ``nki.isa`` (destination-first),
   ``nki.isa.constants``, ``nki.typing``, ``nki.dtype`` (the element types; a
   module that ``isinstance`` also accepts as their type)
+- ``nki.collectives`` (collectives between ranks; ``run_ranks`` launches a
+  kernel on several ranks)
 - ``neuronxcc``, ``neuronxcc.nki``, ``neuronxcc.nki.language``,
   ``neuronxcc.nki.isa`` (the original form, returning tiles),
   ``neuronxcc.nki.isa.constants``, ``neuronxcc.nki.typing``
@@ -33,6 +35,7 @@ _TARGETS = {
     "nki.isa.constants": ("torch_neuronx.nki.isa_constants", None),
     "nki.typing": ("torch_neuronx.nki.typing", None),
     "nki.dtype": ("torch_neuronx.nki.dtype_module", None),
+    "nki.collectives": ("torch_neuronx.nki.collectives", None),
     "neuronxcc": (None, None),
     "neuronxcc.nki": ("torch_neuronx.nki", "legacy_isa"),
     "neuronxcc.nki.language": ("torch_neuronx.nki.language", None),

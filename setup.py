@@ -49,6 +49,9 @@ class CMakeBuild(build_ext):
         subprocess.check_call(cfg)
         jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 2))
         subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "_C", "-j", jobs])
+        # NumPy types of NKI's MX packed types (optional: without them MX
+        # arrays are their uint32/uint16 containers).
+        subprocess.call(["cmake", "--build", str(build_dir), "--target", "_mx_numpy", "-j", jobs])
         # _C and the backend library it links (lib/libtorch_neuronx.so, found
         # through _C's RPATH $ORIGIN/lib): both go where setuptools packages
         # from (a wheel's staging directory).
@@ -58,6 +61,8 @@ class CMakeBuild(build_ext):
             shutil.copy2(built, target)
             (target.parent / "lib").mkdir(exist_ok=True)
             shutil.copy2(out_dir / "lib" / BACKEND_LIBRARY, target.parent / "lib")
+            for mx in out_dir.glob("_mx_numpy*.so"):
+                shutil.copy2(mx, target.parent)
 
 
 class BuildPy(build_py):

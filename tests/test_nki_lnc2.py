@@ -11,6 +11,7 @@ import nki.language as nl
 import numpy as np
 import pytest
 import torch
+from kernel_source import line_of
 
 from torch_neuronx.nki import NKIError
 
@@ -242,7 +243,7 @@ def test_an_exception_on_one_core_propagates_and_no_thread_is_left():
 @nki.jit
 def big_tile_per_core(a):
     """A 120 KiB-per-partition tile on each core (two would not fit one
-    core's 192 KiB SBUF); both live across the barrier."""
+    core's 224 KiB SBUF); both live across the barrier."""
     n, m = a.shape
     core = nl.program_id(0)
     out = nl.ndarray((2 * n, m), dtype=a.dtype, buffer=nl.shared_hbm)
@@ -275,7 +276,7 @@ def two_big_tiles_on_one_core(a):
     return out
 
 
-def test_one_cores_sbuf_still_holds_192_kib():
+def test_one_cores_sbuf_still_holds_224_kib():
     a = RNG.random((128, 120 * 1024 // 4)).astype(np.float32)
     with pytest.raises(NKIError, match="SBUF capacity exceeded on core 0"):
         two_big_tiles_on_one_core[2](a)
@@ -324,17 +325,19 @@ def test_the_two_cores_engines_are_timed_separately():
 
 
 @nki.jit
-def both_cores_zero_then_write_their_half(x, out):
+def both_cores_zero_then_write_their_half(x, out, barrier):
     # Each core zero-fills all of `out` (as a library's initialisation does
-    # when one shard covers everything), then writes its own half, then a
-    # barrier. On hardware both start together, so both zero-fills come
-    # before either half's write: the result is x.
+    # when one shard covers everything), then writes its own half. Without a
+    # barrier between, core 0's zero-fill of the second half and core 1's
+    # write of it race: the result depends on timing.
     P, F = x.shape[0] // 2, x.shape[1]
     c = nl.program_id(0)
     z = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
     nisa.memset(z, value=0.0)
     nisa.dma_copy(dst=out[0:P, :], src=z)
     nisa.dma_copy(dst=out[P : 2 * P, :], src=z)
+    if barrier:
+        nisa.core_barrier(out, (0, 1))
     t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x[nl.ds(c * P, P), :])
     nisa.dma_copy(dst=out[nl.ds(c * P, P), :], src=t)
@@ -342,10 +345,107 @@ def both_cores_zero_then_write_their_half(x, out):
     return out
 
 
-def test_the_cores_run_an_epoch_together_not_one_after_the_other():
+def test_a_write_racing_the_other_cores_write_is_an_error():
     x = RNG.random((256, 16)).astype(np.float32)
-    got = both_cores_zero_then_write_their_half[2](x, np.zeros_like(x))
+    with pytest.raises(NKIError) as e:
+        both_cores_zero_then_write_their_half[2](x, np.zeros_like(x), False)
+    fn = both_cores_zero_then_write_their_half.fn
+    assert e.value.limit == "hbm-race", str(e.value)
+    # Reported at one core's line, naming the other's: core 1's write of its
+    # half against core 0's zero-fill of it (or the zero-fills themselves).
+    lines = {
+        line_of(fn, "dst=out[0:P, :]"),
+        line_of(fn, "dst=out[P : 2 * P, :]"),
+        line_of(fn, "dst=out[nl.ds(c * P, P), :]"),
+    }
+    assert e.value.lineno in lines, str(e.value)
+    msg = str(e.value)
+    assert "race on shared HBM: core 1 writes hbm" in msg, msg
+    assert "while core 0 writes it at test_nki_lnc2.py:" in msg, msg
+    other = int(msg.split("while core 0 writes it at test_nki_lnc2.py:")[1].split(",")[0])
+    assert other in lines, msg
+
+
+def test_the_same_writes_ordered_by_a_barrier_are_fine():
+    x = RNG.random((256, 16)).astype(np.float32)
+    got = both_cores_zero_then_write_their_half[2](x, np.zeros_like(x), True)
     np.testing.assert_array_equal(got, x)
+
+
+@nki.jit
+def core_1_reads_what_core_0_writes(a, barrier):
+    n, m = a.shape
+    core = nl.program_id(0)
+    scratch = nl.ndarray((n, m), dtype=a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((n, m), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((n, m), dtype=a.dtype, buffer=nl.sbuf)
+    if core == 0:
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=scratch, src=t)  # core 0 writes
+    if barrier:
+        nisa.core_barrier(scratch, (0, 1))
+    if core == 1:
+        nisa.dma_copy(dst=t, src=scratch)  # core 1 reads
+        nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_read_racing_the_other_cores_write_names_both_lines():
+    a = RNG.random((128, 32)).astype(np.float32)
+    with pytest.raises(NKIError) as e:
+        core_1_reads_what_core_0_writes[2](a, False)
+    fn = core_1_reads_what_core_0_writes.fn
+    assert e.value.limit == "hbm-race"
+    assert e.value.lineno == line_of(fn, "src=scratch)  # core 1 reads")
+    write_line = line_of(fn, "dst=scratch, src=t)  # core 0 writes")
+    assert f"while core 0 writes it at test_nki_lnc2.py:{write_line}," in str(e.value)
+    assert "core 1 reads hbm" in str(e.value)
+    got = core_1_reads_what_core_0_writes[2](a, True)
+    np.testing.assert_array_equal(got, a)
+
+
+@nki.jit
+def interleaved_rows(a):
+    # Core c writes rows c, c + 2, c + 4, ... of one shared tensor in one
+    # strided access: the two cores' rows interleave but never meet.
+    n, m = a.shape
+    core = nl.program_id(0)
+    out = nl.ndarray((n, m), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((n // 2, m), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a.ap(pattern=[[2 * m, n // 2], [1, m]], offset=core * m))
+    nisa.dma_copy(dst=out.ap(pattern=[[2 * m, n // 2], [1, m]], offset=core * m), src=t)
+    return out
+
+
+def test_interleaved_accesses_that_never_meet_do_not_race():
+    a = RNG.random((256, 8)).astype(np.float32)
+    np.testing.assert_array_equal(interleaved_rows[2](a), a)
+
+
+@nki.jit
+def both_cores_store_a_result(a, per_core):
+    # Each core computes exp(a) and stores all of it (a kernel that does not
+    # shard its work: both cores write the same bytes, in either order the
+    # same result). With per_core, each core reads its own row first: the
+    # same store then writes different values, a race.
+    n, m = a.shape
+    out = nl.ndarray((1, m), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((1, m), dtype=a.dtype, buffer=nl.sbuf)
+    row = nl.program_id(0) if per_core else 0
+    nisa.dma_copy(dst=t, src=a[row : row + 1, :])
+    e = nl.ndarray((1, m), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.activation(dst=e, op=nl.exp, data=t)
+    nisa.dma_copy(dst=out, src=e)  # the store
+    return out
+
+
+def test_both_cores_storing_the_same_values_is_no_race():
+    a = RNG.random((2, 64)).astype(np.float32)
+    np.testing.assert_allclose(both_cores_store_a_result[2](a, False)[0], np.exp(a[0]), rtol=1e-6)
+    with pytest.raises(NKIError) as e:
+        both_cores_store_a_result[2](a, True)
+    assert e.value.limit == "hbm-race"
+    assert e.value.lineno == line_of(both_cores_store_a_result.fn, "# the store")
 
 
 @nki.jit
@@ -367,3 +467,38 @@ def each_core_copies_the_identity(a):
 def test_each_core_builds_the_shared_constants_it_reads():
     got = each_core_copies_the_identity[2](np.zeros((1, 32), dtype=np.float32))
     np.testing.assert_array_equal(got, np.stack([np.eye(32, dtype=np.float32)] * 2))
+
+
+def test_copies_of_the_same_bytes_are_not_races():
+    """Both cores copy one input into a shared tensor and read it back (NKI-lib
+    does, unsharded), and a copy of a tensor onto itself: the bytes read are
+    the same whichever core's store lands first. A read of elements the
+    reader's core did not store itself still races."""
+
+    @nki.jit
+    def twice(x):
+        shared = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=shared, src=x)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=shared)
+        nisa.dma_copy(dst=out, src=t)
+        nisa.dma_copy(dst=out, src=out)
+        return out
+
+    x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+    np.testing.assert_array_equal(twice[2](x), x)
+
+    @nki.jit
+    def half_then_all(x):
+        shared = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        nisa.dma_copy(dst=shared[c * 64 : c * 64 + 64, :], src=x[c * 64 : c * 64 + 64, :])
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=shared)  # the other core's half: unordered
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(NKIError, match="race on shared HBM"):
+        half_then_all[2](x)

@@ -1,6 +1,6 @@
 """SBUF space as the compiler allocates it: a tile allocated before a loop
 and rewritten whole in each iteration is live only from a write to its last
-read, so tiles whose values never overlap share the 192 KiB per partition
+read, so tiles whose values never overlap share the 224 KiB per partition
 (NKI-lib's cross-entropy backward relies on it). A value carried into the
 next iteration keeps its tile live. Kernels written here."""
 
@@ -65,3 +65,34 @@ def test_a_value_carried_to_the_next_iteration_keeps_its_tile():
     with pytest.raises(NKIError, match="SBUF capacity exceeded") as e:
         nki.simulate(carries_a_tile_across_iterations)(x)
     assert e.value.limit == "sbuf-capacity"
+
+
+@nki.jit
+def fills_neuroncore_v3_sbuf(x, extra):
+    """Three 64 KiB tiles and one of 32 + `extra` KiB per partition, all live
+    at the last add: NeuronCore-v3's SBUF is 28 MiB, 224 KiB per partition
+    (192 KiB is NeuronCore-v2's)."""
+    P = x.shape[0]
+    a, b, c = _tiles(P)[:3]
+    d = nl.ndarray((P, (32 + extra) * 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.activation(dst=b, op=nl.exp, data=a)
+    nisa.memset(dst=d, value=1.0)
+    nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.multiply)  # a, b, c, d live
+    nisa.tensor_scalar(dst=c, data=c, op0=nl.add, operand0=d[:, 0:1])
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=c)
+    return out
+
+
+def test_neuroncore_v3_sbuf_holds_224_kib():
+    x = np.random.default_rng(1).standard_normal((128, F)).astype(np.float32) * 0.1
+    got = nki.simulate(fills_neuroncore_v3_sbuf)(x, 0)
+    np.testing.assert_allclose(got, x * np.exp(x) + 1.0, rtol=1e-5, atol=1e-6)
+    assert nki.estimate(fills_neuroncore_v3_sbuf, x, 0).sbuf_high_water_bytes == 224 * 1024
+    # One KiB more per partition is a real overflow, listed tile by tile.
+    with pytest.raises(NKIError, match="SBUF capacity exceeded") as e:
+        nki.simulate(fills_neuroncore_v3_sbuf)(x, 1)
+    assert e.value.limit == "sbuf-capacity"
+    assert "230400 bytes per partition, SBUF has 229376 (224 KiB)" in str(e.value)
+    assert "3 x sbuf tile [128, 16384] float32 allocated at" in str(e.value), str(e.value)

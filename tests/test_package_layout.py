@@ -31,7 +31,7 @@ import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_neuronx"
-EXTENSIONS = {"torch_neuronx._C"}
+EXTENSIONS = {"torch_neuronx._C", "torch_neuronx._mx_numpy"}
 
 
 def _modules() -> dict[str, Path]:

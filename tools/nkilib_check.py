@@ -197,22 +197,68 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def _neuron_dtypes_standin() -> types.ModuleType:
-    """``neuron_dtypes`` is AWS-internal; the tests use four of its names."""
+MX_X4 = ("float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4")
+
+
+def _mx_unpack(a, name: str):
+    """An MX packed array [..., F] (or any array of the same bytes) as its
+    float32 values [..., 4F]: value q of an element in byte q (fp8) or bits
+    4q..4q+3 (fp4), as NKI packs them."""
     import ml_dtypes
     import numpy as np
 
+    a = np.ascontiguousarray(a)
+    if name == "float4_e2m1fn_x4":
+        raw = a.view(np.uint16)
+        nib = np.stack([(raw >> (4 * q)) & 0xF for q in range(4)], axis=-1).astype(np.uint8)
+        out = nib.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+        return out.reshape(raw.shape[:-1] + (raw.shape[-1] * 4,))
+    fp8 = ml_dtypes.float8_e5m2 if name == "float8_e5m2_x4" else ml_dtypes.float8_e4m3fn
+    return a.view(np.uint32).view(np.uint8).view(fp8).astype(np.float32)
+
+
+def _mx_pack(x, name: str):
+    """float values [..., 4F] packed into an MX array [..., F] (round to
+    nearest even: ml_dtypes' conversion)."""
+    import ml_dtypes
+    import numpy as np
+
+    from torch_neuronx.nki import dtypes as nkidt
+
+    x = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    target = np.dtype(nkidt.as_dtype(name))
+    if name == "float4_e2m1fn_x4":
+        nib = x.astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+        nib = nib.reshape(x.shape[:-1] + (x.shape[-1] // 4, 4)).astype(np.uint16)
+        packed = sum(nib[..., q] << (4 * q) for q in range(4)).astype(np.uint16)
+        return packed.view(target)
+    fp8 = ml_dtypes.float8_e5m2 if name == "float8_e5m2_x4" else ml_dtypes.float8_e4m3fn
+    return np.ascontiguousarray(x.astype(fp8)).view(np.uint32).view(target)
+
+
+def _neuron_dtypes_standin() -> types.ModuleType:
+    """``neuron_dtypes`` is AWS-internal; the tests use a few of its names:
+    the element types (the MX packed ones are torch-neuronx's), ``static_cast``
+    (to and from MX packed arrays: pack / unpack), ``sizeinbytes``, ``finfo``."""
+    import ml_dtypes
+    import numpy as np
+
+    from torch_neuronx.nki import dtypes as nkidt
+
     def resolve(dtype):
-        if isinstance(dtype, _Placeholder) or "x4" in str(dtype):
-            raise NotImplementedError(
-                f"MX packed dtype {dtype} (neuron_dtypes is AWS-internal; "
-                "this stand-in has no x4 packing)"
-            )
+        if isinstance(dtype, _Placeholder):
+            raise NotImplementedError(f"neuron_dtypes has no {dtype} here")
+        if str(dtype) in MX_X4:
+            return np.dtype(nkidt.as_dtype(str(dtype)))
         return np.dtype(dtype)
 
     def static_cast(x, dtype):
         dt = resolve(dtype)
         x = np.asarray(x)
+        if str(dt) in MX_X4:
+            return x.view(dt) if x.dtype == dt else _mx_pack(x, str(dt))
+        if str(x.dtype) in MX_X4:
+            x = _mx_unpack(x, str(x.dtype))
         if dt.kind in "iu" and x.dtype.kind == "f":
             x = np.rint(x)  # the compiler's cast rounds
         return x.astype(dt)
@@ -222,9 +268,9 @@ def _neuron_dtypes_standin() -> types.ModuleType:
         "sizeinbytes": lambda dtype: resolve(dtype).itemsize,
         "finfo": lambda dtype: ml_dtypes.finfo(resolve(dtype)),
         "is_float_type": lambda dtype: np.dtype(dtype).kind == "f" or "float" in str(dtype),
-        "float8_e4m3fn_x4": _Placeholder("neuron_dtypes.float8_e4m3fn_x4"),
-        "float8_e5m2_x4": _Placeholder("neuron_dtypes.float8_e5m2_x4"),
-        "float4_e2m1fn_x4": _Placeholder("neuron_dtypes.float4_e2m1fn_x4"),
+        "float8_e4m3fn_x4": nkidt.float8_e4m3fn_x4,
+        "float8_e5m2_x4": nkidt.float8_e5m2_x4,
+        "float4_e2m1fn_x4": nkidt.float4_e2m1fn_x4,
     }
     module = types.ModuleType("neuron_dtypes")
     module.__dict__.update(attrs)
@@ -335,6 +381,14 @@ class _Recorder:
     def __init__(self, *args, **kwargs):
         pass
 
+    @property
+    def trace_mode(self):
+        """The harness's mode this driver stands in for: its CPU simulation
+        (tests that demote hardware runs to compile-only read it)."""
+        from test.utils.common_dataclasses import TraceMode
+
+        return TraceMode.Simulator
+
     def execute(self, kernel_args):
         if _State.mode == "probe":
             _State.probe = _describe(kernel_args)
@@ -342,10 +396,10 @@ class _Recorder:
         _State.result = _run_kernel(kernel_args)
 
 
-def _kernel_inputs(kernel_args) -> dict:
+def _kernel_inputs(kernel_args, rank: int = 0) -> dict:
     inputs = kernel_args.kernel_input or {}
-    if not isinstance(inputs, dict):  # PerRankLazyInputGenerator (collectives): rank 0
-        inputs = inputs.for_rank(0)
+    if not isinstance(inputs, dict):  # PerRankLazyInputGenerator (collectives)
+        inputs = inputs.for_rank(rank)
     return {k.removesuffix(".must_alias_input"): v for k, v in inputs.items()}
 
 
@@ -389,6 +443,12 @@ def _to_device(value):
         return value
     a = np.ascontiguousarray(value)
     name = a.dtype.name
+    if name in MX_X4:
+        # Torch has no MX packed types: their containers, tagged with the type.
+        bits = np.uint16 if a.dtype.itemsize == 2 else np.uint32
+        t = torch.from_numpy(a.view(bits).copy()).to("neuron")
+        t.nki_dtype = name
+        return t
     views = {
         "bfloat16": torch.bfloat16,
         "float8_e4m3fn": torch.float8_e4m3fn,
@@ -411,6 +471,11 @@ def _to_numpy(value):
 
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu()
+        tag = getattr(value, "nki_dtype", None)
+        if tag is not None and str(tag) in MX_X4:
+            from torch_neuronx.nki import dtypes as nkidt
+
+            return t.numpy().view(np.dtype(nkidt.as_dtype(str(tag))))
         if t.dtype in (torch.bfloat16, torch.float16) or "float8" in str(t.dtype):
             t = t.float()
         return t.numpy()
@@ -429,9 +494,16 @@ def _run_kernel(kernel_args) -> dict:
     import torch_neuronx  # noqa: F401  (registers the neuron device)
 
     info = _describe(kernel_args)
+    ranks = info["collective_ranks"]
     phase = "inputs"
     try:
-        inputs = {k: _to_device(v) for k, v in _kernel_inputs(kernel_args).items()}
+        # A collective case runs every rank (nki.collectives.run_ranks: the
+        # ranks traced and run together), each with its own inputs.
+        per_rank = [
+            {k: _to_device(v) for k, v in _kernel_inputs(kernel_args, r).items()}
+            for r in range(ranks)
+        ]
+        inputs = per_rank[0]
         phase = "kernel"
         kernel = kernel_args.kernel_func
         if not hasattr(type(kernel), "__getitem__"):
@@ -442,31 +514,69 @@ def _run_kernel(kernel_args) -> dict:
             kernel = nki.jit(kernel)
         launch = kernel[info["lnc"]] if info["lnc"] != 1 else kernel
         start = time.perf_counter()
-        out = launch(**inputs)
-        outs = [] if out is None else list(out) if isinstance(out, (list, tuple)) else [out]
-        actual = [_to_numpy(o) if o is not None else None for o in outs]
+        if ranks > 1:
+            import nki.collectives as ncc
+
+            rank_outs = ncc.run_ranks(launch, per_rank)
+        else:
+            rank_outs = [launch(**inputs)]
+
+        def as_list(out):
+            outs = [] if out is None else list(out) if isinstance(out, (list, tuple)) else [out]
+            return [_to_numpy(o) if o is not None else None for o in outs]
+
+        actual_per_rank = [as_list(out) for out in rank_outs]
         sim_seconds = time.perf_counter() - start
         phase = "reference"
         golden = kernel_args.validation_args.golden_output
-        if isinstance(golden, PerRankLazyGoldenGenerator):
-            expected = golden.for_rank(0)
-        elif isinstance(golden, LazyGoldenGenerator):
-            expected = golden.golden
-        else:
-            expected = golden
+
+        def expected_of(rank):
+            if isinstance(golden, PerRankLazyGoldenGenerator):
+                return golden.for_rank(rank)
+            if isinstance(golden, LazyGoldenGenerator):
+                # Without a generator the harness validates no values; the
+                # collectives tests then state the expected outputs as
+                # output_ndarray (every rank's), which is what is compared.
+                g = golden.golden
+                return golden.output_ndarray if g is None else g
+            return golden
+
         phase = "compare"
         dump = os.environ.get("NKILIB_CHECK_DUMP")
-        if dump:  # a directory: each case's outputs and references, to debug a mismatch
-            _dump(Path(dump), info, actual, expected)
-        result = _compare(
-            actual, expected, kernel_args.validation_args, CustomValidatorWithOutputTensorData
-        )
+        result = None
+        for rank, actual in enumerate(actual_per_rank):
+            expected = expected_of(rank)
+            actual, expected = _validated_outputs(golden, actual, expected)
+            if dump:  # a directory: each case's outputs and references, to debug a mismatch
+                _dump(Path(dump), dict(info, rank=rank), actual, expected)
+            result = _compare(
+                actual, expected, kernel_args.validation_args, CustomValidatorWithOutputTensorData
+            )
+            if result["status"] != "PASS":
+                if ranks > 1:
+                    result["detail"] = f"rank {rank}: {result['detail']}"
+                if isinstance(golden, LazyGoldenGenerator) and golden.golden is None:
+                    result["detail"] += (
+                        " (against output_ndarray, which the harness does not check)"
+                    )
+                break
         result.update(info, sim_seconds=sim_seconds)
         return result
     except Exception as exc:  # each phase's failure is this case's result
         result = _classify(exc)
         result.update(info, phase=phase)
         return result
+
+
+def _validated_outputs(golden, actual, expected):
+    """The outputs the harness validates: a LazyGoldenGenerator's
+    placeholders (output_ndarray) name every output in the kernel's order,
+    and its golden may hold only some of them (the others are not checked)."""
+    names = list(getattr(golden, "output_ndarray", None) or {})
+    if isinstance(expected, dict) and len(names) == len(actual) and set(expected) < set(names):
+        actual = [a for n, a in zip(names, actual, strict=True) if n in expected]
+        expected = {n: expected[n] for n in names if n in expected}
+    return actual, expected
 
 
 def _dump(where: Path, info: dict, actual, expected) -> None:
@@ -477,11 +587,24 @@ def _dump(where: Path, info: dict, actual, expected) -> None:
     for k, (name, a) in enumerate(zip(expected, actual, strict=False)):
         b = expected[name]
         if a is not None and not hasattr(b, "validator"):
-            arrays[f"actual_{k}_{name}"] = np.asarray(a).astype(np.float32)
-            arrays[f"expected_{k}_{name}"] = np.asarray(b).astype(np.float32)
+            a, b = _unpacked(np.asarray(a), np.asarray(b))
+            arrays[f"actual_{k}_{name}"] = a.astype(np.float32)
+            arrays[f"expected_{k}_{name}"] = b.astype(np.float32)
     test = os.environ.get("PYTEST_CURRENT_TEST", str(info.get("kernel", "case")))
     case = re.sub(r"[^\w.-]+", "_", test.split("::")[-1])[:120]
+    if info.get("rank"):
+        case += f"_rank{info['rank']}"
     np.savez(where / f"{case}.npz", **arrays)
+
+
+def _unpacked(a, b):
+    """MX packed outputs compare by their values, as the harness's validator
+    unpacks them (both sides read as the packed type of either: a reference
+    may hold the same bytes as float32, NKI-lib's mxfp_load golden does)."""
+    name = next((str(x.dtype) for x in (a, b) if str(x.dtype) in MX_X4), None)
+    if name is None:
+        return a, b
+    return _mx_unpack(a, name), _mx_unpack(b, name)
 
 
 def _compare(actual, expected, params, custom_type) -> dict:
@@ -511,8 +634,9 @@ def _compare(actual, expected, params, custom_type) -> dict:
             failed.append(name)
             worst = worst or f"{name}: kernel returned None"
             continue
-        b = np.asarray(b).astype(np.float32)
-        a = np.asarray(a).astype(np.float32)
+        a, b = _unpacked(np.asarray(a), np.asarray(b))
+        b = b.astype(np.float32)
+        a = a.astype(np.float32)
         if a.shape != b.shape:
             if a.size != b.size:
                 failed.append(name)

@@ -174,17 +174,19 @@ TEST(NkiProgramTest, OutOfBoundsAccessIsReported) {
 }
 
 TEST(NkiProgramTest, SbufCapacityCountsLiveTiles) {
-  // Two tiles of 100 KiB per partition live at once do not fit in 192 KiB.
-  std::vector<Buffer> bufs = {hbm(DType::kF32, 128 * 25600, 0, true),
-                              tile(Space::kSbuf, DType::kF32, 128, 25600),
-                              tile(Space::kSbuf, DType::kF32, 128, 25600)};
+  // Two tiles of 120 KiB per partition live at once do not fit in 224 KiB
+  // (NeuronCore-v3's 28 MiB).
+  constexpr int64_t kF = 30720;
+  std::vector<Buffer> bufs = {hbm(DType::kF32, 128 * kF, 0, true),
+                              tile(Space::kSbuf, DType::kF32, 128, kF),
+                              tile(Space::kSbuf, DType::kF32, 128, kF)};
   std::vector<Instruction> prog = {
-      copy(Engine::kDma, access2d(1, 0, 128, 25600, 25600, 1),
-           access2d(0, 0, 128, 25600, 25600, 1)),
-      copy(Engine::kVector, access2d(2, 0, 128, 25600, 25600, 1),
-           access2d(1, 0, 128, 25600, 25600, 1)),
-      copy(Engine::kDma, access2d(0, 0, 128, 25600, 25600, 1),
-           access2d(2, 0, 128, 25600, 25600, 1))};
+      copy(Engine::kDma, access2d(1, 0, 128, kF, kF, 1),
+           access2d(0, 0, 128, kF, kF, 1)),
+      copy(Engine::kVector, access2d(2, 0, 128, kF, kF, 1),
+           access2d(1, 0, 128, kF, kF, 1)),
+      copy(Engine::kDma, access2d(0, 0, 128, kF, kF, 1),
+           access2d(2, 0, 128, kF, kF, 1))};
   try {
     Program p(bufs, prog, 1);
     FAIL() << "no error";
@@ -196,7 +198,7 @@ TEST(NkiProgramTest, SbufCapacityCountsLiveTiles) {
   prog.erase(prog.begin() + 1);
   prog[1].src[0].buffer = 1;
   Program ok(bufs, prog, 1);
-  EXPECT_EQ(ok.profile().sbuf_high_water, 102400);
+  EXPECT_EQ(ok.profile().sbuf_high_water, kF * 4);
 }
 
 TEST(NkiProgramTest, EnginesOverlapInTheEstimate) {

@@ -230,8 +230,16 @@ TEST(CollectiveTopology, TiersChipLinkHost) {
                    m.collective_fixed_ns + 2 * m.hop_latency_ns);
   EXPECT_DOUBLE_EQ(across_chips.latency_ns,
                    m.collective_fixed_ns + 2 * m.link_hop_latency_ns);
+  // Across hosts the fixed cost is the hosts' (nccom-test's two-host
+  // figures), higher from efa_large_message_bytes on.
   EXPECT_DOUBLE_EQ(across_hosts.latency_ns,
-                   m.collective_fixed_ns + 2 * m.efa_hop_latency_ns);
+                   m.efa_collective_fixed_ns + 2 * m.efa_hop_latency_ns);
+  EXPECT_DOUBLE_EQ(collectiveEstimate(CollectiveShape::kAllReduce,
+                                      m.efa_large_message_bytes, {0, 64}, m)
+                       .latency_ns,
+                   m.efa_collective_fixed_large_ns + 2 * m.efa_hop_latency_ns);
+  EXPECT_GT(m.efa_collective_fixed_large_ns, m.efa_collective_fixed_ns);
+  EXPECT_GT(m.efa_collective_fixed_ns, m.collective_fixed_ns);
   // Placement overrides: 8 ranks a chip puts 0 and 4 on one chip.
   EXPECT_DOUBLE_EQ(
       collectiveEstimate(CollectiveShape::kAllReduce, tiny, {0, 4}, m, {8, 0})

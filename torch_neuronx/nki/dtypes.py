@@ -66,18 +66,12 @@ class DType:
 ALL = tuple(DType(**t) for t in layout.DTYPES)
 _BY_NAME = {d.name: d for d in ALL}
 
-# NKI's MX (microscaling) packed types, four fp8 or fp4 values to an element,
-# for nc_matmul_mx / quantize_mx on NeuronCore-v4. The simulator has none of
-# them yet: they exist so that kernels can name and compare them (NKI-lib's
-# tables of supported types do, at import); a tensor of one is an NKIError
-# (trace.py). Negative codes: no simulator code, and no two alike.
-NOT_SIMULATED = (
-    DType("float8_e4m3fn_x4", code=-1, itemsize=4, is_float=True, is_signed=True),
-    DType("float8_e5m2_x4", code=-2, itemsize=4, is_float=True, is_signed=True),
-    DType("float4_e2m1fn_x4", code=-3, itemsize=2, is_float=True, is_signed=True),
-)
-_BY_NAME.update({d.name: d for d in NOT_SIMULATED})
-float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4 = NOT_SIMULATED
+# NKI's MX (microscaling) packed types, four fp8 or fp4 values to an element
+# (32 bits for fp8, 16 for fp4), for quantize_mx / nc_matmul_mx (mx.py).
+float8_e4m3fn_x4 = _BY_NAME["float8_e4m3fn_x4"]
+float8_e5m2_x4 = _BY_NAME["float8_e5m2_x4"]
+float4_e2m1fn_x4 = _BY_NAME["float4_e2m1fn_x4"]
+MX_PACKED = (float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4)
 
 float32 = _BY_NAME["float32"]
 bfloat16 = _BY_NAME["bfloat16"]
@@ -152,8 +146,10 @@ def torch_dtype(d: DType):
 
     if d.name == "float8_e4m3":
         return torch.float8_e4m3fn
-    if not d.is_simulated:
-        raise TypeError(f"{d.name} (an MX packed type) has no torch dtype here: not supported yet")
+    if d in MX_PACKED:
+        # Torch has no MX packed types: their containers, as NKI's MX guide
+        # passes them (a kernel views a container tensor as its x4 type).
+        return torch.uint16 if d.itemsize == 2 else torch.uint32
     return {
         "float32": torch.float32,
         "bfloat16": torch.bfloat16,
@@ -172,8 +168,8 @@ def torch_dtype(d: DType):
 
 def numpy_dtype(d: DType):
     """The NumPy type for arrays of ``d`` (bfloat16 and fp8 need ml_dtypes)."""
-    if not d.is_simulated:
-        raise TypeError(f"{d.name} (an MX packed type) has no NumPy type here: not supported yet")
+    if d in MX_PACKED:
+        return mx_numpy_dtype(d)
     if d.name in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2"):
         try:
             import ml_dtypes
@@ -204,3 +200,15 @@ def promote(a: DType, b: DType) -> DType:
             return float32
         return max(a, b, key=order.index)
     return a if a.itemsize >= b.itemsize else b
+
+
+def mx_numpy_dtype(d: DType):
+    """The NumPy type of MX packed arrays: NumPy types named as NKI's
+    (``str(a.dtype) == "float8_e4m3fn_x4"``, 4 or 2 bytes an element, viewable
+    as uint32 / uint16) from the ``torch_neuronx._mx_numpy`` extension; without
+    it, the containers uint32 / uint16."""
+    try:
+        from .. import _mx_numpy
+    except ImportError:
+        return np.dtype(np.uint16 if d.itemsize == 2 else np.uint32)
+    return np.dtype(getattr(_mx_numpy, d.name))

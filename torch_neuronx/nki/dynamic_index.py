@@ -193,10 +193,14 @@ def _index_tile(k, loc, what: str = "an index") -> View:
     indirect DMA takes int32 / uint32 indices from SBUF)."""
     if isinstance(k, IndirectView):
         raise dynamic_index_error("indexing with a tensor indirection", loc)
+    from .control_flow import NkiScalar, as_index_tile
+
+    if isinstance(k, NkiScalar):
+        # A register: its value goes through a one-element tile.
+        k = as_index_tile(k, loc)
     if not isinstance(k, View):
         raise error(
-            f"{what} read at run time must be an SBUF tile, got {type(k).__name__} "
-            "(registers are not supported yet: load the value into a [1, 1] tile)",
+            f"{what} read at run time must be an SBUF tile or a register, got {type(k).__name__}",
             "index",
             loc,
         )
@@ -325,6 +329,13 @@ def ap_dynamic(t: View, v: View, scalar_offset, vector_offset, dim, loc) -> View
     )
 
 
+def _run_time_index(k) -> bool:
+    """A tile, or a register / NkiScalar (control_flow.py), as an index."""
+    from .control_flow import NkiScalar
+
+    return isinstance(k, (View, IndirectView, NkiScalar))
+
+
 def dynamic_components(v: View, key: tuple, loc):
     """Replaces the tiles among the indices by static placeholders: (key, the
     position of the run-time index, its tile, whether it is one index per
@@ -334,7 +345,7 @@ def dynamic_components(v: View, key: tuple, loc):
     out = []
     for j, k in enumerate(key):
         tile = None
-        if isinstance(k, DynSlice) and isinstance(k.start, (View, IndirectView)):
+        if isinstance(k, DynSlice) and _run_time_index(k.start):
             tile = _index_tile(k.start, loc, "the start of nl.ds")
             if tile.size != 1:
                 raise error(
@@ -344,7 +355,7 @@ def dynamic_components(v: View, key: tuple, loc):
                     loc,
                 )
             k, vector = DynSlice(0, k.size, k.step), False
-        elif isinstance(k, (View, IndirectView)):
+        elif _run_time_index(k):
             tile = _index_tile(k, loc)
             vector = tile.size != 1
             if vector:

@@ -11,6 +11,17 @@ from . import element_order
 from . import isa_constants as constants  # noqa: F401 (nki.isa.constants)
 from . import language as nl
 from . import legacy_isa as _l
+from .control_flow import (  # noqa: F401
+    NkiScalar,
+    VirtualRegister,
+    register_alloc,
+    register_load,
+    register_move,
+    register_store,
+    scalar_alu,
+    scalar_load,
+    scalar_store,
+)
 from .dynamic_index import IndirectView
 from .indexing import Expr
 from .isa_constants import (  # noqa: F401
@@ -41,6 +52,7 @@ from .legacy_isa import (  # noqa: F401
     vector_engine,
 )
 from .logical_core import core_barrier, sendrecv  # noqa: F401
+from .mx import nc_matmul_mx, quantize_mx  # noqa: F401
 from .random_numbers import dropout  # noqa: F401
 from .trace_state import PSUM, current, error, user_location
 from .view import View

@@ -48,6 +48,11 @@ class CompiledKernel:
     trace_locs: list = field(default_factory=list)
     written: tuple = ()  # positions (among the tensor arguments) the kernel writes
     location_names: list = field(default_factory=list)  # "file:line (kernel)", for device errors
+    # Run-time loops or branches (control_flow.py): a host run's profile
+    # (run_profile) times the iterations it took; the static one, one
+    # iteration of a loop whose bound is read at run time.
+    dynamic: bool = False
+    run_profile: KernelProfile | None = None
     _profiles: dict = field(default_factory=dict)
 
     def profile(self, target: str | None = None) -> KernelProfile:
@@ -182,7 +187,7 @@ def _describe(x) -> _ArgInfo:
     if _is_torch_tensor(x):
         if x.is_sparse or x.layout.__repr__() != "torch.strided":
             raise NKIError("NKI kernels take strided (dense) tensors")
-        return _ArgInfo("tensor", tuple(x.shape), dt.as_dtype(x.dtype), tuple(x.stride()))
+        return _ArgInfo("tensor", tuple(x.shape), _torch_nki_dtype(x), tuple(x.stride()))
     if isinstance(x, TensorSpec):
         shape = tuple(x.shape)
         strides, acc = [], 1
@@ -191,6 +196,30 @@ def _describe(x) -> _ArgInfo:
             acc *= s
         return _ArgInfo("tensor", shape, x.dtype, tuple(reversed(strides)))
     return _ArgInfo("const")
+
+
+def _torch_nki_dtype(x) -> dt.DType:
+    """A torch tensor's NKI type: its dtype's, or an MX packed type it holds
+    in containers (torch has none): ``t.nki_dtype = nl.float8_e4m3fn_x4`` on
+    a uint32 (fp8 x4) or uint16 (fp4 x4) tensor, as kernel results of those
+    types come back."""
+    d = dt.as_dtype(x.dtype)
+    tag = getattr(x, "nki_dtype", None)
+    if tag is None:
+        return d
+    tag = dt.as_dtype(tag)
+    if tag not in dt.MX_PACKED or d.itemsize != tag.itemsize or d.is_float:
+        raise NKIError(
+            f"a tensor of {d.name} tagged nki_dtype={tag.name}: only MX packed types are "
+            "held in containers (uint32 for fp8 x4, uint16 for fp4 x4)"
+        )
+    return tag
+
+
+def _tag_results(outs, ck) -> None:
+    for o, (_, d) in zip(outs, ck.outputs, strict=False):
+        if d in dt.MX_PACKED:
+            o.nki_dtype = d
 
 
 def _const_key(x):
@@ -286,6 +315,9 @@ def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
                 buf.external = next_ext
                 prints.append((prefix, None, (next_ext, buf.shape, buf.dtype)))
                 next_ext += 1
+        from .control_flow import finish_trace
+
+        finish_trace(t)
         t.interleave_cores()
         program = _build(t, next_ext)
     finally:
@@ -299,6 +331,7 @@ def trace_kernel(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict) -> Comp
         result=structure,
         trace_locs=t.locs,
         written=tuple(k for k, n in enumerate(arg_order) if views[n].buf.written),
+        dynamic=bool(getattr(t, "control_flow_blocks", None)),
     )
 
 
@@ -428,7 +461,14 @@ def _run_error(e, ck: CompiledKernel) -> NKIError:
 def _run_host(ck: CompiledKernel, addrs) -> None:
     C = _c()
     try:
-        ck.program.run_host(addrs)
+        if ck.dynamic:
+            target = default_target()
+            d = ck.program.run_host_profiled(addrs, target)
+            ck.run_profile = KernelProfile.from_dict(
+                ck.name, target, d, ck.program.num_instructions
+            )
+        else:
+            ck.program.run_host(addrs)
     except C._NkiProgramError as e:
         raise _run_error(e, ck) from None
 
@@ -503,12 +543,22 @@ def launch(kernel: Kernel, grid: tuple, args: tuple, kwargs: dict, outs=None):
             return _call_wrapped(kernel, grid, *args, **kwargs)
         if any(_is_fake(x) for x in tensors):
             return _fake_results(ck, tensors) if outs is None else None
-        return _run_torch(ck, tensors, outs)
+        return _with_run_profile(kernel, ck, lambda: _run_torch(ck, tensors, outs))
     if all(isinstance(x, np.ndarray) for x in tensors):
-        return _run_numpy(ck, tensors)
+        return _with_run_profile(kernel, ck, lambda: _run_numpy(ck, tensors))
     raise NKIError(
         "an NKI kernel takes either torch tensors (all on one device) or NumPy arrays, not a mix"
     )
+
+
+def _with_run_profile(kernel: Kernel, ck: CompiledKernel, run):
+    """Runs; a host run of a kernel with run-time loops leaves the profile
+    of the iterations it executed in ``kernel.last_profile``."""
+    ck.run_profile = None
+    out = run()
+    if ck.run_profile is not None:
+        kernel.last_profile = ck.run_profile
+    return out
 
 
 def _is_functional(t) -> bool:
@@ -530,6 +580,7 @@ def _fake_results(ck: CompiledKernel, tensors):
 
     device = tensors[0].device
     outs = [torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs]
+    _tag_results(outs, ck)
     return _unflatten(ck.result, outs, tensors)
 
 
@@ -584,6 +635,7 @@ def _run_torch(ck: CompiledKernel, tensors, outs=None):
         outs = [
             torch.empty(shape, dtype=dt.torch_dtype(d), device=device) for shape, d in ck.outputs
         ]
+        _tag_results(outs, ck)
     else:
         for o, (shape, d) in zip(outs, ck.outputs, strict=True):
             if (

@@ -218,8 +218,10 @@ def ndarray(shape, dtype, buffer=None, name: str = "", **kwargs) -> View:
         strides = [0] * len(shape)
         for pos, axis in enumerate(order):
             strides[axis] = buf_view.strides[pos]
+        _view.note_handle(t, buf)
         return View(buf, 0, tuple(int(s) for s in shape), tuple(strides))
     buf = t.new_buffer(b.space, dtype, shape, name, loc)
+    _view.note_handle(t, buf)
     return View.contiguous(buf)
 
 
@@ -1071,7 +1073,9 @@ def static_cast(x, dtype):
 # Loops and SPMD -------------------------------------------------------------
 def affine_range(start, stop=None, step=1, **kwargs):
     """A loop without carried dependencies (the trace unrolls it)."""
-    return range(int(start), int(stop), int(step)) if stop is not None else range(int(start))
+    if stop is None:
+        return _py.range(int(start))
+    return _py.range(int(start), int(stop), int(step))
 
 
 def sequential_range(start, stop=None, step=1, **kwargs):
@@ -1143,6 +1147,7 @@ from .random_numbers import rand, random_seed  # noqa: E402, F401
 atomic_rmw = _unsupported("atomic_rmw")
 gather_flattened = _unsupported("gather_flattened")
 
+from .control_flow import dynamic_range, fori_loop, if_else, while_loop  # noqa: E402, F401
 from .shared_constants import shared_constant, shared_identity_matrix  # noqa: E402, F401
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "np")]
@@ -1152,3 +1157,9 @@ __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations"
 # random-number instructions build on them (random_numbers.use_language).
 _view.use_language(_sys.modules[__name__])
 _random_numbers.use_language(_sys.modules[__name__])
+
+
+# nl.range (NKI-lib's loops, e.g. mxfp_load): a loop the trace unrolls, as
+# affine_range; it returns Python's range, so this module's own uses of the
+# name behave as the builtin's.
+range = affine_range  # noqa: A001

@@ -58,7 +58,7 @@ def _cache(t) -> dict:
     if per_core is None:
         per_core = {}
         t._nki_shared_constants = per_core
-    return per_core.setdefault(t.core, {})
+    return per_core.setdefault(t.physical_core, {})
 
 
 # nl.shared_identity_matrix ------------------------------------------------------

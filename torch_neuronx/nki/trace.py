@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 import threading
 
+# bitcast and view_indexing hand themselves to View when they load (see
+# view.py), before any view of a trace is indexed or given another dtype.
+from . import bitcast as _bitcast
 from . import dtypes as dt
 from . import layout
-
-# Imported for what it does when it loads: it hands View its indexing (see
-# view.py), before any view of a trace is indexed.
 from . import view_indexing as _view_indexing  # noqa: F401
+from .control_flow import control_flow_block_of, remap_branches
 from .dynamic_index import dynamic_dma
 from .indexing import Expr
 from .trace_state import (
@@ -72,6 +73,11 @@ class Trace:
         # program per core, interleaved at barriers; logical_core.py).
         self.lnc = lnc
         self.cores = None  # the launch's logical_core.Turnstile (lnc == 2)
+        # A launch of several ranks (collectives.py: each rank a logical core
+        # of `lnc` physical cores, all traced into this one program).
+        self.nranks = 1
+        self._rank = 0
+        self.ranks = None  # the launch's collectives.RankScheduler
         # LNC=2: each instruction's (epoch, core). An epoch ends at each
         # barrier / sendrecv meeting; interleave_cores() merges the two cores'
         # instructions of an epoch, as the cores run them at the same time.
@@ -104,6 +110,21 @@ class Trace:
     def core(self) -> int:
         """The physical core the current program runs on (0 unless LNC=2)."""
         return self.program_id[0] if self.lnc > 1 else 0
+
+    @property
+    def rank(self) -> int:
+        """The rank being traced (0 unless a multi-rank launch)."""
+        return getattr(self._per_thread, "rank", self._rank)
+
+    @rank.setter
+    def rank(self, value: int) -> None:
+        self._per_thread.rank = value
+        self._rank = value
+
+    @property
+    def physical_core(self) -> int:
+        """The core among all the launch's ranks' cores (its tiles' memory)."""
+        return self.rank * self.lnc + self.core
 
     # Locations -------------------------------------------------------
     def loc_id(self, loc) -> int:
@@ -145,7 +166,9 @@ class Trace:
                     "sbuf-capacity" if space == SBUF else "psum-capacity",
                     loc,
                 )
-        kw.setdefault("core", self.core if space != HBM else 0)
+        # HBM is one per rank: its buffers belong to the rank's first core
+        # (the cost model runs HBM-only DMAs there).
+        kw.setdefault("core", self.physical_core if space != HBM else self.rank * self.lnc)
         b = Buf(len(self.buffers), space, dtype, shape, name, self.loc_id(loc), **kw)
         self.buffers.append(b)
         return b
@@ -186,6 +209,16 @@ class Trace:
         oob_skip=False,
     ) -> int:
         loc = loc or user_location()
+        if any(isinstance(v, View) and type(v.buf) is not Buf for v in (dst, *srcs)):
+            # A dtype view (t.ap(..., dtype=X)) among the operands: bitcast.py.
+            kw = dict(alu0=alu0, alu1=alu1, act=act, flags=flags, keep=keep, imm=imm)
+            return _bitcast.emit_through(
+                self, op, engine, dst, srcs, dict(kw, loc=loc, oob_skip=oob_skip)
+            )
+        if any(isinstance(v, View) and v.dtype in dt.MX_PACKED for v in (dst, *srcs)):
+            from .mx import check_packed_operands
+
+            check_packed_operands(op, dst, srcs, loc)
         for v in (dst, *srcs):
             if isinstance(v, View) and v.buf.pending_zero is not None:
                 self.flush_zero(v.buf)
@@ -208,7 +241,7 @@ class Trace:
         imm = list(imm) + [0.0] * (layout.IMMEDIATES - len(imm))
         self.imms += [float(x) for x in imm[: layout.IMMEDIATES]]
         self.instr_locs.append(self.loc_id(loc))
-        self.instr_tags.append((self.epoch, self.core))
+        self.instr_tags.append((self.epoch, self.physical_core))
         idx = self.ninstr
         self.ninstr += 1
         if isinstance(dst, View):
@@ -238,17 +271,29 @@ class Trace:
         the other does late in it — the order the hardware never produces.
         (Two cores writing the same HBM within an epoch is a race on hardware;
         this is its most likely outcome.) Call once, after tracing."""
-        if self.lnc < 2 or not self.ninstr:
+        if self.lnc * self.nranks < 2 or not self.ninstr:
             return
+        # Two cores touching the same HBM in one epoch, one writing: an error
+        # (hbm_races.py), checked while the records are in traced order.
+        from . import hbm_races
+
+        hbm_races.check(self)
         rank: dict = {}
         keys = []
+        # A loop or if_else of one core (control_flow.py) stays one block: it
+        # takes one turn, and its branches then keep their meaning.
+        block = control_flow_block_of(self)
         for i, (epoch, core) in enumerate(self.instr_tags):
+            if block.get(i, -1) >= 0 and block.get(i - 1, -1) == block[i]:
+                keys.append((epoch, keys[-1][1], core, i))
+                continue
             r = rank.get((epoch, core), 0)
             rank[(epoch, core)] = r + 1
             keys.append((epoch, r, core, i))
         order = [k[3] for k in sorted(keys)]
         if order == list(range(self.ninstr)):
             return
+        remap_branches(self, order)
         w, n = self.words, layout.INSTRUCTION_WORDS
         m, imms = layout.IMMEDIATES, self.imms
         self.words = [x for i in order for x in w[i * n : (i + 1) * n]]

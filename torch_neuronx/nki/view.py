@@ -49,6 +49,14 @@ def use_language(module) -> None:
 # before any view of a trace is indexed).
 _view_indexing = None
 _dynamic_index = None
+# Dtype views (`t.view(dtype)`, `t.ap(..., dtype=X)`) are bitcast.py's, which
+# builds views too and hands itself over the same way (trace.py loads it).
+_bitcast = None
+
+
+def use_bitcast(module) -> None:
+    global _bitcast
+    _bitcast = module
 
 
 def use_view_indexing(module) -> None:
@@ -59,6 +67,21 @@ def use_view_indexing(module) -> None:
 def use_dynamic_index(module) -> None:
     global _dynamic_index
     _dynamic_index = module
+
+
+def note_handle(trace, buf: Buf) -> None:
+    """Marks ``buf`` as allocated by the kernel (nl.ndarray and kin): a
+    handle, whose truth value is True (View.__bool__)."""
+    handles = getattr(trace, "handle_buffers", None)
+    if handles is None:
+        handles = trace.handle_buffers = set()
+    handles.add(buf.index)
+
+
+def _handles() -> set:
+    from .trace_state import state
+
+    return getattr(getattr(state, "trace", None), "handle_buffers", None) or set()
 
 
 class View:
@@ -104,16 +127,20 @@ class View:
         )
 
     def __bool__(self):
-        # An HBM tensor (an argument, or one the kernel allocated) is true,
-        # like any Python object: `if bias:` on an optional tensor asks
-        # whether it was given (NKI-lib's kernels test them so), never about
-        # its values. A tile's truth would depend on values it only has when
-        # the kernel runs: that stays an error.
-        if self.buf.space == HBM:
+        # A tensor handle is true, like any Python object (NKI's tensors are
+        # handles while a kernel is traced): an HBM tensor (an argument, or
+        # one the kernel allocated) or a tile allocated with nl.ndarray /
+        # zeros / full. `if bias:` / `if params.expert_index:` on an optional
+        # tensor asks whether it was given (NKI-lib's kernels test them so),
+        # never about its values. The result of a value-returning function
+        # (`if nl.load(x) > 0:`) looks like a question about its data, which
+        # exists only when the kernel runs: that stays an error.
+        if self.buf.space == HBM or self.buf.index in _handles():
             return True
         raise error(
-            "a tile has no truth value while a kernel is traced; "
-            "use nl.where / masks for data-dependent choices"
+            "a computed tile has no truth value while a kernel is traced (its values "
+            "exist only when the kernel runs); use nl.where / masks for data-dependent "
+            "choices, or nl.if_else on a scalar (nisa.scalar_load)"
         )
 
     def __iter__(self):
@@ -240,6 +267,11 @@ class View:
         self.verify()
         return View(self.buf, self.offset, shape, tuple(reversed(strides)))
 
+    def view(self, dtype) -> View:
+        """The same memory as ``dtype`` (a dtype view, bitcast.py): the
+        last dimension scales by the ratio of the element sizes."""
+        return _bitcast.view_as(self, dtype, user_location())
+
     def ap(
         self,
         pattern,
@@ -258,15 +290,38 @@ class View:
         per partition, in place of the pattern's partition step: a DMA
         gather or scatter of rows (NKI's access-pattern page)."""
         loc = user_location()
+        dtype = kwargs.pop("dtype", None)
+        if dtype is not None and dtype != self.dtype:
+            # Another element type over the same memory (bitcast.py).
+            if scalar_offset is not None or vector_offset is not None:
+                raise error("ap(dtype=...) with a run-time offset: not supported yet", "dtype", loc)
+            return _bitcast.ap_with_dtype(self, pattern, offset, dtype, loc)
         self.static_only("an access pattern (ap)", loc)
+        if isinstance(scalar_offset, int) and not isinstance(scalar_offset, bool):
+            # A register whose value the trace knows (ncc.rank_id(), a ring
+            # iteration's rank in collectives.py: each rank is traced on its
+            # own): a static offset along indirect_dim.
+            dim = int(indirect_dim)
+            if not 0 <= dim < self.ndim or not 0 <= scalar_offset < self.shape[dim]:
+                raise error(
+                    f"ap(scalar_offset={scalar_offset}, indirect_dim={indirect_dim}) is outside "
+                    f"the dimensions {list(self.shape)}",
+                    "out-of-bounds",
+                    loc,
+                )
+            offset = int(offset) + scalar_offset * self.strides[dim]
+            scalar_offset = None
         if scalar_offset is not None and vector_offset is not None:
             raise error("ap(): give scalar_offset or vector_offset, not both", "index", loc)
         self.verify(loc=loc)
         shape = tuple(int(n) for _, n in pattern)
         strides = tuple(int(st) for st, _ in pattern)
         v = View(self.buf, self.offset + int(offset), shape, strides)
-        lo = v.offset + sum(min(0, st * (n - 1)) for st, n in pattern)
-        hi = v.offset + sum(max(0, st * (n - 1)) for st, n in pattern)
+        # A vector offset takes the place of the partition step: the rows it
+        # picks are checked when the DMA runs (dynamic_index.py).
+        static = pattern[1:] if vector_offset is not None else pattern
+        lo = v.offset + sum(min(0, st * (n - 1)) for st, n in static)
+        hi = v.offset + sum(max(0, st * (n - 1)) for st, n in static)
         outside = math.prod(shape) and (lo < 0 or hi >= self.buf.elements)
         if outside and scalar_offset is None and vector_offset is None:
             # Kernels build views past the end that they never use (NKI-lib's

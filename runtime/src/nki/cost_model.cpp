@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "neuron_runtime/nki/collective_cost.h"
+#include "neuron_runtime/nki/control_flow.h"
 #include "neuron_runtime/nki/operands.h"
 
 namespace neuron_rt {
@@ -137,6 +139,67 @@ class DmaBandwidth {
   double busy_until_ = 0;
 };
 
+// A register operation or branch (control_flow.h): each compute engine's
+// sequencer runs it once the memory it reads is written and the registers
+// it reads are computed. Returns when the last engine is done.
+double timeControlFlow(const Program& prog, const Instruction& in,
+                       const CostParameters& p, std::vector<History>& history,
+                       double* engine_free, std::vector<double>& reg_ready,
+                       Profile& out) {
+  auto regReady = [&](double r) {
+    const auto k = static_cast<size_t>(r);
+    return r >= 0 && k < reg_ready.size() ? reg_ready[k] : 0.0;
+  };
+  double ready = 0;
+  bool memory = false;
+  if (in.op == Op::kBranch) {
+    if (in.alu0 != Alu::kBypass) ready = regReady(in.keep);
+  } else {
+    if (in.src[0].buffer >= 0) {
+      memory = true;
+      ready =
+          readyAfter(history[in.src[0].buffer].writes, boxOf(prog, in.src[0]));
+    } else if (!(in.flags & kFlagOperand0Imm)) {
+      ready = regReady(in.imm[0]);
+    }
+    if (in.alu0 != Alu::kBypass && !(in.flags & kFlagOperand1Imm))
+      ready = std::max(ready, regReady(in.imm[1]));
+    if (in.dst.buffer >= 0) {
+      memory = true;
+      const History& h = history[in.dst.buffer];
+      const Box b = boxOf(prog, in.dst);
+      ready =
+          std::max({ready, readyAfter(h.writes, b), readyAfter(h.reads, b)});
+    }
+  }
+  const double cycles =
+      memory ? p.register_memory_cycles : p.sequencer_op_cycles;
+  const Engine engines[] = {Engine::kTensor, Engine::kVector, Engine::kScalar,
+                            Engine::kGpSimd};
+  const double ghz[] = {p.tensor_ghz, p.vector_ghz, p.scalar_ghz, p.gpsimd_ghz};
+  double finish = 0;
+  for (int k = 0; k < 4; ++k) {
+    const int e = static_cast<int>(engines[k]);
+    const double cost = cycles / ghz[k];
+    engine_free[e] = std::max(engine_free[e], ready) + cost;
+    finish = std::max(finish, engine_free[e]);
+    out.busy_ns[e] += cost;
+  }
+  out.instructions[static_cast<int>(in.engine)] += 1;
+  if (in.op == Op::kScalar) {
+    if (in.keep >= 0) {
+      if (reg_ready.size() <= static_cast<size_t>(in.keep))
+        reg_ready.resize(static_cast<size_t>(in.keep) + 1, 0.0);
+      reg_ready[static_cast<size_t>(in.keep)] = finish;
+    }
+    if (in.src[0].buffer >= 0)
+      record(history[in.src[0].buffer].reads, boxOf(prog, in.src[0]), finish);
+    if (in.dst.buffer >= 0)
+      record(history[in.dst.buffer].writes, boxOf(prog, in.dst), finish);
+  }
+  return finish;
+}
+
 }  // namespace
 
 namespace {
@@ -150,6 +213,9 @@ CostParameters parametersOf(const HardwareSpec& s) {
   p.hbm_bytes_per_ns = s.hbm_gb_per_s / s.cores_per_chip;  // GB/s = bytes/ns
   p.dma_latency_ns = s.dma_latency_ns;
   p.dma_issue_ns = s.dma_issue_ns;
+  p.cc_bytes_per_ns_per_core = s.cc_gb_per_s / s.cores_per_chip;
+  p.collective_fixed_ns = s.collective_fixed_ns;
+  p.link_hop_latency_ns = s.link_hop_latency_ns;
   return p;
 }
 
@@ -178,6 +244,8 @@ double instructionCost(const Program& prog, const Instruction& in,
   const auto space = [&](const Access& a) {
     return a.buffer >= 0 ? prog.buffers()[a.buffer].space : Space::kSbuf;
   };
+  // A dtype view's reinterpretation moves nothing on the hardware.
+  if (in.op == Op::kRawCopy && in.imm[0] == 1.0) return 0;
   switch (in.engine) {
     case Engine::kDma: {
       int64_t rows_src = 1, rows_dst = 1;
@@ -204,7 +272,18 @@ double instructionCost(const Program& prog, const Instruction& in,
     }
     case Engine::kTensor: {
       double cycles;
-      if (in.op == Op::kMatmul) {
+      if (in.op == Op::kMxLoadStationary) {
+        return 0;  // its load overlaps: counted in the kMatmulMx after it
+      } else if (in.op == Op::kMatmulMx) {
+        // NKI's MX matmul guide (deep-dives/mxfp-matmul): each PE does four
+        // FP8/FP4 multiply-accumulates, so an x4 [K, M] x [K, N] matmul takes
+        // the time of a BF16 one of those shapes (4x the contraction: "4x
+        // throughput compared to BF16/FP16").
+        const double stationary = static_cast<double>(in.dst.size[0]);
+        const double moving =
+            static_cast<double>(in.src[0].count() / in.src[0].size[0]);
+        cycles = std::max(std::min(p.min_ii_cycles, stationary), moving);
+      } else if (in.op == Op::kMatmul) {
         // One moving column enters the array per cycle (the stationary load
         // overlaps); fp32 operands take four passes.
         const double rate = dtype(in.src[1]) == DType::kF32 ? 4.0 : 1.0;
@@ -252,7 +331,10 @@ double instructionCost(const Program& prog, const Instruction& in,
                            in.op == Op::kBnAggr || in.op == Op::kMax8 ||
                            in.op == Op::kFindIndex8 ||
                            in.op == Op::kMatchReplace8 ||
-                           in.op == Op::kNonzeroWithCount;
+                           in.op == Op::kNonzeroWithCount ||
+                           // quantize_mx streams its 4F source values per
+                           // partition (no published figure: assumed).
+                           in.op == Op::kQuantizeMx;
       const double n = static_cast<double>(
           std::max<int64_t>(freeElements(reduces ? in.src[0] : in.dst), 1));
       if (in.engine == Engine::kGpSimd)
@@ -282,7 +364,8 @@ double instructionCost(const Program& prog, const Instruction& in,
   return 0;
 }
 
-Profile estimateCost(const Program& prog, const CostParameters& p) {
+Profile estimateCost(const Program& prog, const CostParameters& p,
+                     const std::vector<int32_t>* run_path) {
   Profile out;
   const auto& buffers = prog.buffers();
   std::vector<History> history(buffers.size());
@@ -294,17 +377,42 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
   // (reads of what the other core wrote to HBM) waits on those writes.
   double engine_free[kMaxCores][kEngines] = {};
   DmaBandwidth dma[kMaxCores];
+  // Each rank's collective channel (a multi-rank launch, collective_cost.h).
+  DmaBandwidth cc[kMaxCores];
   auto coreOf = [&](const Instruction& in) {
     const Access* accesses[4] = {&in.dst, &in.src[0], &in.src[1], &in.src[2]};
     for (const Access* a : accesses)
       if (a->buffer >= 0 && buffers[a->buffer].space != Space::kHbm)
         return buffers[a->buffer].core;
-    return 0;
+    // HBM only: the core of its destination's rank (0 but in a multi-rank
+    // launch, where each rank's HBM belongs to its first core).
+    return in.dst.buffer >= 0 ? buffers[in.dst.buffer].core : 0;
   };
   double end = 0;
-  for (const Instruction& in : prog.instructions()) {
+  // A program with loops is timed along the instructions a run executes
+  // (control_flow.h staticPath), each time it executes them.
+  const auto& instructions = prog.instructions();
+  std::vector<int32_t> path;
+  if (run_path != nullptr) {
+    path = *run_path;
+  } else if (hasControlFlow(instructions)) {
+    path = staticPath(instructions);
+  }
+  const size_t steps = path.empty() ? instructions.size() : path.size();
+  std::vector<double> register_ready;
+  for (size_t k = 0; k < steps; ++k) {
+    const Instruction& in = instructions[path.empty() ? k : path[k]];
     const int e = static_cast<int>(in.engine);
     const int core = coreOf(in);
+    if (isControlFlow(in.op)) {
+      // Registers belong to no tile: the record names its core.
+      const double c = in.imm[in.op == Op::kScalar ? 3 : 1];
+      const int cf_core = c >= 0 && c < kMaxCores ? static_cast<int>(c) : 0;
+      end = std::max(end,
+                     timeControlFlow(prog, in, p, history, engine_free[cf_core],
+                                     register_ready, out));
+      continue;
+    }
     const double cost = instructionCost(prog, in, p);
     // Ready when what it reads was written, and what it overwrites was read
     // and written by earlier instructions. (An accumulating matmul's read of
@@ -345,7 +453,13 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
     }
     double start = std::max(engine_free[core][e], ready);
     double finish;
-    if (in.engine == Engine::kDma) {
+    if (in.engine == Engine::kDma && (in.flags & kFlagCollective)) {
+      const CollectiveTransferCost c = collectiveTransferCost(prog, in, p);
+      start = cc[core].reserve(ready, c.transfer_ns);
+      finish = start + c.transfer_ns + c.latency_ns;
+      int64_t rows = 1;
+      out.dma_bytes += dmaBytes(prog, in.dst, rows);
+    } else if (in.engine == Engine::kDma) {
       // The bandwidth is the shared resource and the latency overlaps. The
       // DMA queues run independently: a transfer whose data is ready may use
       // time the bandwidth sat idle while an earlier one (in program order)
@@ -362,6 +476,8 @@ Profile estimateCost(const Program& prog, const CostParameters& p) {
     if (in.op == Op::kMatmul)
       out.matmul_flops +=
           2 * in.src[0].size[0] * in.src[0].size[1] * in.src[1].size[1];
+    if (in.op == Op::kMatmulMx)  // K x 4 contracted values per output
+      out.matmul_flops += 8 * in.dst.count() * in.src[0].size[0];
     out.busy_ns[e] += cost;
     out.instructions[e] += 1;
     end = std::max(end, finish);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "neuron_runtime/nki/access_rows.h"
+#include "neuron_runtime/nki/mx.h"
 #include "neuron_runtime/nki/operands.h"
 
 namespace neuron_rt {
@@ -32,6 +33,23 @@ class DefinednessPass {
     const auto& ins = p_.instructions();
     for (size_t i = 0; i < ins.size(); ++i)
       step(ins[i], static_cast<int64_t>(i));
+    // Undefined values stored into a kernel's tensor reach the caller unless
+    // a later store overwrote them (NKI-lib stores a whole tile, then zeros
+    // over the rows it never computed).
+    for (size_t b = 0; b < pending_.size(); ++b)
+      if (pending_[b].from.instruction >= 0 &&
+          undefinedCount(static_cast<int32_t>(b)) > 0) {
+        const Origin& o = pending_[b].from;
+        throw ProgramError(
+            o.loc, o.instruction,
+            "reads memory that was never written ({buffer:" +
+                std::to_string(o.buffer) +
+                "}), and the values computed from it reach the kernel's "
+                "{buffer:" +
+                std::to_string(b) + "} through the store at {loc:" +
+                std::to_string(pending_[b].store_loc) +
+                "} (uninitialized memory)");
+      }
   }
 
  private:
@@ -100,15 +118,11 @@ class DefinednessPass {
   void taint(const Instruction& in, const Origin& from, int32_t b) {
     const Buffer& buf = p_.buffers()[b];
     if (buf.external >= 0) {
-      const Origin& o = from;
-      throw ProgramError(
-          o.loc, o.instruction,
-          "reads memory that was never written ({buffer:" +
-              std::to_string(o.buffer) +
-              "}), and the values computed from it reach the kernel's "
-              "{buffer:" +
-              std::to_string(b) + "} through the store at {loc:" +
-              std::to_string(in.loc) + "} (uninitialized memory)");
+      // Decided at the end of the pass (run): a later store may overwrite.
+      if (pending_.size() < p_.buffers().size())
+        pending_.resize(p_.buffers().size());
+      if (pending_[b].from.instruction < 0) pending_[b] = {from, in.loc};
+      return;
     }
     if (origin_[b].instruction < 0) origin_[b] = from;
   }
@@ -149,6 +163,32 @@ class DefinednessPass {
     return !roles.accumulates || whollyDefined(in.dst);
   }
 
+  // v &= whether operand s of an MX record is defined where it is read: a
+  // scale tile only at its scale rows (mx.h mxScaleRow), the rest whole.
+  void andMx(const Instruction& in, int s, uint8_t& v, Origin& from,
+             int64_t i) {
+    const Access& a = in.src[s];
+    const bool scales =
+        s == 1 && (in.op == Op::kMxLoadStationary || in.op == Op::kMatmulMx);
+    const int64_t data_rows = in.src[0].size[0];
+    auto andPart = [&](const Access& part) {
+      const Access* one[1] = {&part};
+      forEachRow(part, one, 1, [&](const int64_t* off, int64_t n) {
+        uint8_t* acc = row(0, n);
+        std::fill(acc, acc + n, 1);
+        andRow(part, off[0], n, acc, from, i, in.loc);
+        for (int64_t k = 0; k < n; ++k) v &= acc[k];
+      });
+    };
+    if (!scales) return andPart(a);
+    for (int64_t p = 0; p < data_rows; p += 8) {
+      Access part = a;
+      part.offset += mxScaleRow(p) * a.stride[0];
+      part.size[0] = 1;
+      andPart(part);
+    }
+  }
+
   void step(const Instruction& in, int64_t i) {
     const OperandRoles roles = operandRoles(in);
     if (in.op == Op::kRandomSeed) {
@@ -159,6 +199,18 @@ class DefinednessPass {
         andRow(in.src[0], in.src[0].offset, 1, &v, from, i, in.loc);
       }
       rng_origin_ = from;
+      return;
+    }
+    if (in.op == Op::kMxLoadStationary) {
+      // Whether the loaded MX stationary (and its scales) is defined: the
+      // next kMatmulMx of the core reads it (mx.h).
+      uint8_t v = 1;
+      Origin from;
+      andMx(in, 0, v, from, i);
+      andMx(in, 1, v, from, i);
+      const int core = p_.buffers()[in.src[0].buffer].core;
+      mx_loaded_[core] = v;
+      mx_loaded_from_[core] = from;
       return;
     }
     if (in.dst.buffer < 0) return;
@@ -173,7 +225,8 @@ class DefinednessPass {
     // becomes defined only if every partition of it is written.
     const bool second_dst =
         roles.writes[0] || roles.writes[1] || roles.writes[2];
-    if (!second_dst && !rng_undefined && sourcesDefined(in, roles)) {
+    if (!second_dst && !rng_undefined && in.op != Op::kMatmulMx &&
+        sourcesDefined(in, roles)) {
       int64_t& count = undefinedCount(in.dst.buffer);
       if (count == 0) return;
       if (in.op != Op::kNonzeroWithCount && coversBuffer(in.dst)) {
@@ -185,6 +238,40 @@ class DefinednessPass {
     Origin from;
     bool any_undefined = false;
     switch (in.op) {
+      case Op::kQuantizeMx:
+      case Op::kMatmulMx: {
+        // MX records (mx.h): a value depends on its group, its scale and
+        // (matmul) a whole contraction; conservatively, the destinations as
+        // a whole on the sources as a whole (a matmul's stationary is read
+        // by the kMxLoadStationary before it, checked there as a read).
+        uint8_t v = 1;
+        if (in.op == Op::kMatmulMx) {
+          const int core = p_.buffers()[in.dst.buffer].core;
+          v = mx_loaded_[core];
+          if (!v && from.instruction < 0) from = mx_loaded_from_[core];
+        }
+        for (int s = 0; s < 3; ++s)
+          if (roles.reads[s]) andMx(in, s, v, from, i);
+        auto define = [&](const Access& a, bool accumulate) {
+          const Access* one[1] = {&a};
+          forEachRow(a, one, 1, [&](const int64_t* off, int64_t n) {
+            uint8_t* out = row(1, n);
+            std::fill(out, out + n, v);
+            if (accumulate) andRow(a, off[0], n, out, from, i, in.loc);
+            for (int64_t k = 0; k < n; ++k) any_undefined |= !out[k];
+            writeRow(a, off[0], n, out);
+          });
+        };
+        define(in.dst, roles.accumulates);
+        if (roles.writes[2]) {
+          // The scales: the quadrants the data covers (mx.h).
+          Access sc = in.src[2];
+          const int64_t quadrants = (in.dst.size[0] + 31) / 32;
+          sc.size[0] = std::min(sc.size[0], quadrants * 32);
+          define(sc, false);
+        }
+        break;
+      }
       case Op::kMatmul: {
         // dst[m, n] = AND_k st[k, m] & mv[k, n] (& dst when accumulating).
         const Access &st = in.src[0], &mv = in.src[1], &d = in.dst;
@@ -288,6 +375,14 @@ class DefinednessPass {
             andRow(in.src[0], off[0], n, acc, from, i, in.loc);
             for (int64_t k = 0; k < n; ++k) any_undefined |= !acc[k];
           });
+          // Defined values scattered at run-time rows: the destination
+          // counts as defined throughout (a result a loop of such stores
+          // fills, read back afterwards, is not refused; a read of a row no
+          // store reached is not caught).
+          if (!any_undefined && idx_ok) {
+            undefinedCount(in.dst.buffer) = 0;
+            std::vector<uint8_t>().swap(shadow_[in.dst.buffer]);
+          }
         } else {
           const Access* dd[1] = {&in.dst};
           forEachRow(in.dst, dd, 1, [&](const int64_t* off, int64_t n) {
@@ -339,6 +434,14 @@ class DefinednessPass {
   // Set while the random state comes from an undefined seed: where that
   // seed was read.
   Origin rng_origin_;
+  // Kernel tensors that received undefined values: where from, and the store.
+  struct Pending {
+    Origin from;
+    int32_t store_loc = -1;
+  };
+  std::vector<Pending> pending_;
+  uint8_t mx_loaded_[kMaxCores] = {1, 1};  // the loaded MX stationary
+  Origin mx_loaded_from_[kMaxCores];
   std::vector<uint8_t> rows_[3];
 };
 

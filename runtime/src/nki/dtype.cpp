@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "neuron_runtime/nki/mx.h"
+
 namespace neuron_rt {
 namespace nki {
 namespace {
@@ -110,11 +112,14 @@ int elementSize(DType t) {
     case DType::kF32:
     case DType::kI32:
     case DType::kU32:
+    case DType::kF8E4M3FNx4:
+    case DType::kF8E5M2x4:
       return 4;
     case DType::kBF16:
     case DType::kF16:
     case DType::kI16:
     case DType::kU16:
+    case DType::kF4E2M1FNx4:
       return 2;
     default:
       return 1;
@@ -122,16 +127,22 @@ int elementSize(DType t) {
 }
 
 const char* dtypeName(DType t) {
-  static const char* names[] = {
-      "float32", "bfloat16", "float16",    "float8_e4m3fn", "float8_e5m2",
-      "int32",   "uint32",   "int16",      "uint16",        "int8",
-      "uint8",   "bool",     "float8_e4m3"};
+  static const char* names[] = {"float32",        "bfloat16",
+                                "float16",        "float8_e4m3fn",
+                                "float8_e5m2",    "int32",
+                                "uint32",         "int16",
+                                "uint16",         "int8",
+                                "uint8",          "bool",
+                                "float8_e4m3",    "float8_e4m3fn_x4",
+                                "float8_e5m2_x4", "float4_e2m1fn_x4"};
   const int k = static_cast<int>(t);
   return k < static_cast<int>(DType::kCount) ? names[k] : "?";
 }
 
 bool isFloat(DType t) {
-  return static_cast<int>(t) <= 4 || t == DType::kF8E4M3;
+  return static_cast<int>(t) <= 4 || t == DType::kF8E4M3 ||
+         t == DType::kF8E4M3FNx4 || t == DType::kF8E5M2x4 ||
+         t == DType::kF4E2M1FNx4;
 }
 
 bool isSigned(DType t) {
@@ -285,6 +296,19 @@ void storeRow(DType t, void* base, int64_t stride, int64_t n, const float* in) {
     case DType::kBool: {
       uint8_t* p = static_cast<uint8_t*>(base);
       for (int64_t k = 0; k < n; ++k) p[k * stride] = in[k] != 0.0f;
+      return;
+    }
+    case DType::kF8E4M3FNx4:
+    case DType::kF8E5M2x4:
+    case DType::kF4E2M1FNx4: {
+      // A fill (memset): all four values of each element.
+      const int es = elementSize(t);
+      uint8_t* p = static_cast<uint8_t*>(base);
+      for (int64_t k = 0; k < n; ++k) {
+        const uint8_t c = mxEncode(t, in[k]);
+        const uint8_t b = es == 2 ? static_cast<uint8_t>(c | (c << 4)) : c;
+        std::memset(p + k * stride * es, b, es);
+      }
       return;
     }
     default:

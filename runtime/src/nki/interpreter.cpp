@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "neuron_runtime/nki/access_rows.h"
+#include "neuron_runtime/nki/bitcast.h"
+#include "neuron_runtime/nki/control_flow.h"
+#include "neuron_runtime/nki/mx.h"
 #include "neuron_runtime/nki/program.h"
 #include "neuron_runtime/nki/tile_math.h"
 
@@ -35,9 +38,22 @@ class Interpreter {
 
   void run() {
     const auto& ins = p_.instructions_;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      index_ = static_cast<int64_t>(i);
-      step(ins[i]);
+    const int64_t n = static_cast<int64_t>(ins.size());
+    int64_t backward = 0;  // branches taken backwards (loop iterations)
+    for (int64_t i = 0; i < n;) {
+      index_ = i;
+      if (path_ != nullptr) path_->push_back(static_cast<int32_t>(i));
+      if (ins[i].op != Op::kBranch) {
+        step(ins[i]);
+        ++i;
+        continue;
+      }
+      const int64_t next = branchTarget(ins[i], i, regs_);
+      if (next <= i && ++backward > kMaxBackwardBranches)
+        throw ProgramError(ins[i].loc, i,
+                           "a loop ran more than 2^28 iterations (its "
+                           "condition never became zero?)");
+      i = next;
     }
   }
 
@@ -102,6 +118,24 @@ class Interpreter {
         return uniform(in);
       case Op::kDropout:
         return dropout(in);
+      case Op::kQuantizeMx:
+        return mxQuantize(in, p_.buffers_, base_.data());
+      case Op::kRawCopy:
+        return rawCopy(in, p_.buffers_, base_.data());
+      case Op::kMxLoadStationary:
+        return mxLoadStationary(in, p_.buffers_, base_.data(),
+                                mx_[p_.buffers_[in.src[0].buffer].core]);
+      case Op::kMatmulMx:
+        return mxMatmul(in, p_.buffers_, base_.data(),
+                        mx_[p_.buffers_[in.dst.buffer].core]);
+      case Op::kScalar: {
+        const Access &s = in.src[0], &d = in.dst;
+        return runScalar(in, index_, regs_,
+                         s.buffer >= 0 ? address(s, s.offset) : nullptr,
+                         s.buffer >= 0 ? dtypeOf(s) : DType::kI32,
+                         d.buffer >= 0 ? address(d, d.offset) : nullptr,
+                         d.buffer >= 0 ? dtypeOf(d) : DType::kI32);
+      }
       default:
         return elementwise(in);
     }
@@ -114,6 +148,12 @@ class Interpreter {
     forEachRow(dst, acc, 2, [&](const int64_t* off, int64_t n) {
       if (dt == st && innerStride(dst) == 1 && innerStride(src) == 1) {
         std::memmove(address(dst, off[0]), address(src, off[1]), n * es);
+        return;
+      }
+      if (dt == st && isMxPacked(dt)) {  // no fp32 form: their bits
+        for (int64_t k = 0; k < n; ++k)
+          std::memmove(address(dst, off[0] + k * innerStride(dst)),
+                       address(src, off[1] + k * innerStride(src)), es);
         return;
       }
       float* r = buf(0, n);
@@ -685,12 +725,25 @@ class Interpreter {
   bool rng_keyed_ = false;
   uint64_t rng_position_ = 0;
   int64_t index_ = 0;  // the instruction running (for run-time errors)
+  RegisterFile regs_;  // the sequencers' scalar registers (control_flow.h)
+  std::vector<int32_t>* path_ = nullptr;  // the instructions run, in order
+
+ public:
+  void recordPath(std::vector<int32_t>* path) { path_ = path; }
   std::vector<char*> base_;
   std::vector<float> rows_[4];
+  MxStationary mx_[kMaxCores];  // each core's loaded MX stationary (mx.h)
 };
 
 void Program::run(void* const* external_addresses) const {
   Interpreter(*this, external_addresses).run();
+}
+
+void Program::run(void* const* external_addresses,
+                  std::vector<int32_t>* path) const {
+  Interpreter interpreter(*this, external_addresses);
+  interpreter.recordPath(path);
+  interpreter.run();
 }
 
 }  // namespace nki

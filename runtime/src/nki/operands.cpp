@@ -63,9 +63,28 @@ OperandRoles operandRoles(const Instruction& in) {
       break;
     case Op::kRandom:
       break;
+    case Op::kScalar:  // a register load reads its one element
+      r.reads[0] = in.src[0].buffer >= 0;
+      break;
+    case Op::kBranch:
+      break;
     case Op::kDropout:  // the data, and the probabilities unless immediate
       r.reads[0] = true;
       r.reads[1] = !(in.flags & kFlagOperand0Imm);
+      break;
+    case Op::kRawCopy:
+      r.reads[0] = true;
+      break;
+    case Op::kQuantizeMx:  // the source; the scales are a second destination
+      r.reads[0] = true;
+      r.writes[2] = true;
+      break;
+    case Op::kMxLoadStationary:  // a matrix and its scales
+      r.reads[0] = r.reads[1] = true;
+      break;
+    case Op::kMatmulMx:
+      r.reads[0] = r.reads[1] = true;
+      r.accumulates = (in.flags & kFlagAccumulate) != 0;
       break;
   }
   return r;

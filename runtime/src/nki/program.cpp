@@ -7,8 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "neuron_runtime/nki/bitcast.h"
+#include "neuron_runtime/nki/control_flow.h"
 #include "neuron_runtime/nki/cost_model.h"
 #include "neuron_runtime/nki/definedness.h"
+#include "neuron_runtime/nki/mx.h"
 #include "neuron_runtime/nki/operands.h"
 
 namespace neuron_rt {
@@ -44,9 +47,17 @@ const char* opName(Op op) {
                                 "nonzero_with_count",
                                 "random_seed",
                                 "rand",
-                                "dropout"};
+                                "dropout",
+                                "quantize_mx",
+                                "nc_matmul_mx",
+                                "nc_matmul_mx",
+                                "dtype view copy"};
+  // Control flow's codes sit apart from the contiguous ones (program.h).
+  if (op == Op::kScalar) return "scalar";
+  if (op == Op::kBranch) return "branch";
   const int k = static_cast<int>(op);
-  return k < kOps ? names[k] : "?";
+  return k < static_cast<int>(sizeof(names) / sizeof(names[0])) ? names[k]
+                                                                : "?";
 }
 
 bool sameShape(const Access& a, const Access& b) {
@@ -142,8 +153,16 @@ void Program::checkStructure() const {
              ", " + std::to_string(hi) + "] of " + bufferToken(a.buffer) +
              ", which has " + std::to_string(n));
     };
+    // Control flow's records check themselves (control_flow.h).
+    if (isControlFlow(in.op)) {
+      checkControlFlow(buffers_, in, static_cast<int64_t>(i),
+                       static_cast<int64_t>(instructions_.size()));
+      checkAccess(in.dst, false, "destination");
+      checkAccess(in.src[0], false, "operand");
+      continue;
+    }
     // random_seed alone writes no memory (it sets the random state).
-    if (in.op == Op::kRandomSeed) {
+    if (in.op == Op::kRandomSeed || in.op == Op::kMxLoadStationary) {
       if (in.dst.buffer >= 0) fail("writes no destination");
     } else {
       checkAccess(in.dst, true, "destination");
@@ -276,6 +295,18 @@ void Program::checkStructure() const {
         }
         break;
       }
+      case Op::kQuantizeMx:
+      case Op::kMxLoadStationary:
+      case Op::kMatmulMx: {
+        const std::string why = mxCheck(instructions_, i, buffers_);
+        if (!why.empty()) fail(why);
+        break;
+      }
+      case Op::kRawCopy: {
+        const std::string why = rawCopyCheck(in, buffers_);
+        if (!why.empty()) fail(why);
+        break;
+      }
       case Op::kRandomSeed:
         if (roles.reads[0] &&
             (in.src[0].count() != 1 ||
@@ -375,6 +406,8 @@ void Program::planMemory() {
                 coversWholeBuffer(in.dst, buf));
     }
   }
+  // A loop's body runs again after its end: what it carries stays live.
+  extendLiveRangesOverLoops(buffers_, instructions_, segments, first, last);
   // Capacity: sweep the instructions with the live set's bytes.
   const int64_t ni = static_cast<int64_t>(instructions_.size());
   std::vector<std::vector<int32_t>> starts(ni), ends(ni);
@@ -411,16 +444,48 @@ void Program::planMemory() {
       const bool over_psum = psum[c] > kPsumBytesPerPartition;
       if (!over_sbuf && !over_psum) continue;
       const Space space = over_sbuf ? Space::kSbuf : Space::kPsum;
-      std::string list;
-      int shown = 0;
+      // The live tiles grouped by where they were allocated (a loop's
+      // allocation is many tiles of one kind), the largest groups first, so
+      // the list shows what fills the memory.
+      struct Group {
+        int32_t first;
+        int64_t count, bytes;
+      };
+      std::vector<Group> groups;
       for (int32_t b : live) {
-        if (buffers_[b].space != space || buffers_[b].core != c) continue;
-        if (shown++ < 8)
-          list += "\n  " + bufferToken(b) + ": " +
-                  std::to_string(footprint(buffers_[b])) + " bytes";
+        const Buffer& buf = buffers_[b];
+        if (buf.space != space || buf.core != c) continue;
+        auto same = [&](const Group& g) {
+          const Buffer& o = buffers_[g.first];
+          return o.loc == buf.loc && o.dtype == buf.dtype &&
+                 o.elements == buf.elements && o.partitions == buf.partitions;
+        };
+        auto it = std::find_if(groups.begin(), groups.end(), same);
+        if (it == groups.end()) {
+          groups.push_back({b, 1, footprint(buf)});
+        } else {
+          ++it->count;
+        }
       }
-      if (shown > 8)
-        list += "\n  ... and " + std::to_string(shown - 8) + " more";
+      std::stable_sort(groups.begin(), groups.end(),
+                       [](const Group& x, const Group& y) {
+                         return x.count * x.bytes > y.count * y.bytes;
+                       });
+      std::string list;
+      constexpr size_t kShownGroups = 12;
+      int64_t hidden = 0;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const Group& gr = groups[g];
+        if (g >= kShownGroups) {
+          hidden += gr.count;
+          continue;
+        }
+        list += "\n  " +
+                (gr.count > 1 ? std::to_string(gr.count) + " x " : "") +
+                bufferToken(gr.first) + ": " + std::to_string(gr.bytes) +
+                (gr.count > 1 ? " bytes each" : " bytes");
+      }
+      if (hidden > 0) list += "\n  ... and " + std::to_string(hidden) + " more";
       const std::string on_core =
           several_cores ? " on core " + std::to_string(c) : "";
       const Instruction& in = instructions_[i];
@@ -429,9 +494,10 @@ void Program::planMemory() {
           over_sbuf
               ? "SBUF capacity exceeded" + on_core + ": the live tiles need " +
                     std::to_string(sbuf[c]) +
-                    " bytes per partition, SBUF has 196608 (192 KiB) per "
-                    "partition. Live SBUF tiles:" +
-                    list
+                    " bytes per partition, SBUF has " +
+                    std::to_string(kSbufBytesPerPartition) + " (" +
+                    std::to_string(kSbufBytesPerPartition / 1024) +
+                    " KiB) per partition. Live SBUF tiles:" + list
               : "PSUM capacity exceeded" + on_core + ": the live tiles need " +
                     std::to_string(psum[c] / kPsumBankBytes) +
                     " banks of 2 KiB per partition, PSUM has 8. Live PSUM "

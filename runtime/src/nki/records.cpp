@@ -32,18 +32,43 @@ const FlagName kFlagNameTable[kFlagNames] = {
     {"operand1_imm", kFlagOperand1Imm},   {"negate", kFlagNegate},
     {"initial_tile", kFlagInitialTile},   {"dynamic_dst", kFlagDynamicDst},
     {"vector_offset", kFlagVectorOffset}, {"oob_skip", kFlagOobSkip},
+    {"collective", kFlagCollective},
 };
 
 const char* opRecordName(Op op) {
-  static const char* const names[kOps] = {
-      "copy",        "tensor_tensor", "tensor_scalar",  "activation",
-      "reduce",      "matmul",        "iota",           "memset",
-      "select",      "affine_select", "bn_stats",       "bn_aggr",
-      "scan",        "transpose",     "gather",         "dma_dynamic",
-      "max8",        "find_index8",   "match_replace8", "nonzero_with_count",
-      "random_seed", "rand",          "dropout"};
+  static const char* const names[kOps] = {"copy",
+                                          "tensor_tensor",
+                                          "tensor_scalar",
+                                          "activation",
+                                          "reduce",
+                                          "matmul",
+                                          "iota",
+                                          "memset",
+                                          "select",
+                                          "affine_select",
+                                          "bn_stats",
+                                          "bn_aggr",
+                                          "scan",
+                                          "transpose",
+                                          "gather",
+                                          "dma_dynamic",
+                                          "max8",
+                                          "find_index8",
+                                          "match_replace8",
+                                          "nonzero_with_count",
+                                          "random_seed",
+                                          "rand",
+                                          "dropout",
+                                          "quantize_mx",
+                                          "mx_load_stationary",
+                                          "matmul_mx",
+                                          "raw_copy"};
+  // Control flow's codes sit apart from the contiguous ones (program.h);
+  // codes no op has yet are "?".
+  if (op == Op::kScalar) return "scalar";
+  if (op == Op::kBranch) return "branch";
   const int k = static_cast<int>(op);
-  return k < kOps ? names[k] : "?";
+  return k < kOps && names[k] ? names[k] : "?";
 }
 
 const char* aluName(Alu a) {
@@ -133,7 +158,7 @@ Program buildProgram(const int64_t* bw, int64_t num_buffers, const int64_t* iw,
       throw ProgramError(buf.loc, -1,
                          "buffer {buffer:" + std::to_string(b) +
                              "} is on core " + std::to_string(w[kBufferCore]) +
-                             " (a logical core has at most " +
+                             " (a program has at most " +
                              std::to_string(kMaxCores) + ")");
     buf.core = static_cast<int32_t>(w[kBufferCore]);
   }

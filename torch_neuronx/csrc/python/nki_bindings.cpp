@@ -5,6 +5,7 @@
 // argument and error conversion here.
 // _nki_layout() hands the front end the records' layout and codes
 // (records.h, program.h, dtype.h), which it takes rather than restates.
+#include <neuron_runtime/nki/cost_model.h>
 #include <neuron_runtime/nki/dtype.h>
 #include <neuron_runtime/nki/program.h>
 #include <neuron_runtime/nki/records.h>
@@ -72,7 +73,10 @@ py::dict profileDict(const nki::Profile& p) {
 template <typename Enum>
 py::dict codeNames(int n, const char* (*name)(Enum)) {
   py::dict d;
-  for (int k = 0; k < n; ++k) d[name(static_cast<Enum>(k))] = k;
+  for (int k = 0; k < n; ++k) {
+    const std::string s = name(static_cast<Enum>(k));
+    if (s != "?") d[s.c_str()] = k;  // a code no op has (yet)
+  }
   return d;
 }
 
@@ -219,6 +223,30 @@ void bindNki(py::module_& m) {
                raiseProgramError(e);
              }
            })
+      // run_host, then the cost model's estimate on `target` of the
+      // instructions the run executed (a program with run-time loops:
+      // control_flow.h).
+      .def(
+          "run_host_profiled",
+          [](const nki::Program& p, const std::vector<int64_t>& addresses,
+             neuron_rt::Target target) {
+            const std::vector<void*> ptrs = addressesOf(addresses);
+            std::vector<int32_t> path;
+            nki::Profile q;
+            try {
+              py::gil_scoped_release release;
+              TORCH_CHECK(ptrs.size() == static_cast<size_t>(p.externals()),
+                          "NKI: wrong number of kernel addresses");
+              p.run(ptrs.data(), &path);
+              q = nki::estimateCost(p, nki::costParameters(target), &path);
+            } catch (const nki::ProgramError& e) {
+              raiseProgramError(e);
+            }
+            q.sbuf_high_water = p.profile().sbuf_high_water;
+            q.psum_high_water = p.profile().psum_high_water;
+            return profileDict(q);
+          },
+          py::arg("addresses"), py::arg("target") = neuron_rt::kDefaultTarget)
       // Queues the run as one work item on the current stream of `device`;
       // `locations`: the kernel lines by location id.
       .def(

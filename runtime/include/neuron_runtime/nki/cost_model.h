@@ -51,6 +51,19 @@ struct CostParameters {
   double dma_descriptor_cycles = 64;
   double min_ii_cycles = 64;
   double gpsimd_fixed_cycles = 150;
+  // Run-time control flow (control_flow.h): every compute engine's
+  // sequencer runs each register operation and branch of a loop or if_else
+  // (NKI compiles them to compare-and-branch on each engine). NKI publishes
+  // no figure: assumed one MIN_II each, and a register's load from or store
+  // to memory the 140 cycles of reading a dynamic offset (above).
+  double sequencer_op_cycles = 64;
+  double register_memory_cycles = 140;
+  // Collectives between ranks (collective_cost.h): a core's share of its
+  // chip's collective throughput, a collective's fixed cost and a step
+  // between chips (hardware_table.h).
+  double cc_bytes_per_ns_per_core = 0;
+  double collective_fixed_ns = 0;
+  double link_hop_latency_ns = 0;
 };
 
 // The parameters of one NeuronCore of `target`; the default is
@@ -63,8 +76,11 @@ const CostParameters& defaultCostParameters();
 double instructionCost(const Program& program, const Instruction& in,
                        const CostParameters& p);
 
+// `path`: the instructions in the order a run executed them (Program::run);
+// without it, the program's static path (control_flow.h staticPath).
 Profile estimateCost(const Program& program,
-                     const CostParameters& p = defaultCostParameters());
+                     const CostParameters& p = defaultCostParameters(),
+                     const std::vector<int32_t>* path = nullptr);
 
 }  // namespace nki
 }  // namespace neuron_rt

@@ -26,7 +26,15 @@ enum class DType : uint8_t {
   // and NaNs, max 240. Added after the others: earlier codes keep their
   // meaning in records.
   kF8E4M3 = 12,
-  kCount = 13,
+  // NKI's MX packed types (NeuronCore-v4 nc_matmul_mx / quantize_mx): one
+  // element is four values, element q of a container in byte q (fp8, a
+  // 32-bit container) or in bits 4q..4q+3 (fp4 E2M1, a 16-bit container),
+  // as NKI's MX guide packs them. No arithmetic reads them: DMAs and copies
+  // move their bits (mx.h decodes them).
+  kF8E4M3FNx4 = 13,
+  kF8E5M2x4 = 14,
+  kF4E2M1FNx4 = 15,
+  kCount = 16,
 };
 
 int elementSize(DType t);

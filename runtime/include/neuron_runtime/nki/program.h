@@ -24,13 +24,19 @@ namespace nki {
 
 // One NeuronCore-v3.
 constexpr int64_t kPartitions = 128;
-constexpr int64_t kSbufBytesPerPartition = 192 * 1024;
+// NeuronCore-v3's SBUF is 28 MiB ("The NeuronCore-v4 SBUF capacity is 32 MiB
+// (up from 28 MiB in NeuronCore-v3)", the NKI Trainium3 architecture guide;
+// the hardware table's trn2 sbuf_mib): 224 KiB per partition. 192 KiB is
+// NeuronCore-v2's (24 MiB, trn1).
+constexpr int64_t kSbufBytesPerPartition = 224 * 1024;
 constexpr int64_t kPsumBanks = 8;
 constexpr int64_t kPsumBankBytes = 2 * 1024;
 constexpr int64_t kPsumBytesPerPartition = kPsumBanks * kPsumBankBytes;
 constexpr int kMaxDims = 5;
-// The physical cores of a logical NeuronCore (LNC=2 on trn2).
-constexpr int kMaxCores = 2;
+// The physical cores one program may use: a logical NeuronCore (LNC=2 on
+// trn2) has two; a multi-rank launch (nki.collectives) traces every rank's
+// logical core into one program, ranks * LNC cores (up to 32 ranks at LNC=2).
+constexpr int kMaxCores = 64;
 
 enum class Space : uint8_t { kHbm = 0, kSbuf = 1, kPsum = 2 };
 constexpr int kSpaces = 3;
@@ -160,8 +166,56 @@ enum class Op : uint8_t {
   // kept elements are unchanged (no rescaling; bit for bit when dst has
   // src0's type); prob 0 keeps all, 1 drops all.
   kDropout = 22,
+  // MX (microscaling) numbers, NeuronCore-v4 (mx.h). Groups of 32 values,
+  // 8 partitions x 4 values of one packed element, share an E8M0 scale (a
+  // uint8 exponent, 2^(s - 127)); the scale of the group of partitions
+  // 8g..8g+7 sits at partition (g / 4) * 32 + g % 4 of the scale tile (its
+  // quadrant's first rows).
+  // nki.isa.quantize_mx (Vector): dst[P, F] fp8 x4 = src0[P, 4F] (bf16/fp16;
+  // element j of dst packs src0's 4j..4j+3, free dims row-major) divided by
+  // the group's scale, saturated and rounded to nearest even; src2 is the
+  // second destination, the uint8 scales (F per partition).
+  kQuantizeMx = 23,
+  // nki.isa.nc_matmul_mx, in two records as the Tensor engine loads its
+  // stationary matrix before streaming the moving one: kMxLoadStationary
+  // (no destination) takes src0 [K, M] x4 and its scales src1 (M per
+  // partition) for the next kMatmulMx of the same core, which computes
+  // dst[M, N] (+)= sum over k, q of stationary[k, m, q] * moving[k, n, q],
+  // src0 the moving [K, N] x4 and src1 its scales.
+  kMxLoadStationary = 24,
+  kMatmulMx = 25,
+  // A copy of bits between element types (bitcast.h): row r of dst (dim 0;
+  // its free elements row-major, their bytes in order) = row r of src0, as
+  // many bytes a row on each side. NKI's `t.ap(..., dtype=X)` views move
+  // through it. imm[0] = 1: a view's reinterpretation, free (the hardware
+  // reads the memory as X without moving it).
+  kRawCopy = 26,
+  // Run-time control flow (control_flow.h): the engine sequencers' scalar
+  // registers (NKI's register_* and NkiScalar) and branches (dynamic_range /
+  // fori_loop / while_loop / if_else). A register holds an integer; a run
+  // starts with none written, and reading one never written is a
+  // ProgramError.
+  // kScalar: reg[keep] = alu0(a, b), kBypass: a. a is the one-element
+  // access src0 when it has a buffer (register_load / scalar_load), else
+  // reg[imm[0]], or the constant imm[0] with kFlagOperand0Imm; b is
+  // reg[imm[1]], or imm[1] with kFlagOperand1Imm. imm[2] is the width the
+  // value wraps to (kScalarInt32 / kScalarUint32 / kScalarInt64). keep = -1:
+  // no register destination. dst, when it has a buffer, is a one-element
+  // access the result is also written to (register_store / scalar_store).
+  // imm[3]: the physical core whose sequencers run it (LNC=2; the cost
+  // model's), as kBranch's imm[1].
+  kScalar = 27,
+  // kBranch: the next instruction is imm[0] when alu0(reg[keep], 0) holds
+  // (kEqual: the register is zero, kNotEqual: nonzero), always with kBypass;
+  // else the next one. A branch backwards closes a loop: the instructions
+  // from its target to it are the loop's body.
+  kBranch = 28,
 };
-constexpr int kOps = static_cast<int>(Op::kDropout) + 1;
+constexpr int kOps = static_cast<int>(Op::kBranch) + 1;
+// kScalar's widths (imm[2]): NKI's scalar dtypes int32, uint32, int64.
+constexpr int kScalarInt32 = 0;
+constexpr int kScalarUint32 = 1;
+constexpr int kScalarInt64 = 2;
 // Partitions that share the offsets of a tensor indirection.
 constexpr int64_t kIndirectionGroup = 16;
 // Values per partition of max8 / nc_find_index8 / nc_match_replace8.
@@ -247,6 +301,11 @@ constexpr uint32_t kFlagInitialTile = 64;  // scan: initial values in src2
 constexpr uint32_t kFlagDynamicDst = 128;  // dma_dynamic: the index moves dst
 constexpr uint32_t kFlagVectorOffset = 256;  // dma_dynamic: one per partition
 constexpr uint32_t kFlagOobSkip = 512;       // dma_dynamic: skip, do not fail
+// A DMA (copy, or tensor_tensor with a reduction) that is one transfer of a
+// collective between ranks (nki.collectives): costed on its rank's
+// collective channel, not its HBM DMA queues (collective_cost.h; imm holds
+// the algorithm's steps, the LNC and the bytes scale).
+constexpr uint32_t kFlagCollective = 1u << 20;
 
 struct Instruction {
   Op op = Op::kCopy;
@@ -300,6 +359,10 @@ class Program {
   // indirection offset or a dynamic DMA index out of range); the
   // instructions before it ran.
   void run(void* const* external_addresses) const;
+  // The same, appending to `path` the index of each instruction executed,
+  // in order (a program with loops repeats its body's): what the cost model
+  // times for the run (control_flow.h).
+  void run(void* const* external_addresses, std::vector<int32_t>* path) const;
 
   const Profile& profile() const { return profile_; }
   int32_t externals() const { return externals_; }

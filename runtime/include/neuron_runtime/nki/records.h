@@ -83,7 +83,7 @@ struct FlagName {
   const char* name;
   uint32_t flag;
 };
-constexpr int kFlagNames = 10;
+constexpr int kFlagNames = 11;
 extern const FlagName kFlagNameTable[kFlagNames];
 
 // Builds (and so checks: Program's constructor) a Program from records.
