@@ -502,3 +502,33 @@ def test_copies_of_the_same_bytes_are_not_races():
 
     with pytest.raises(NKIError, match="race on shared HBM"):
         half_then_all[2](x)
+
+
+def test_race_check_mode(monkeypatch):
+    """TORCH_NEURONX_NKI_HBM_RACES=warn reports the race as a warning and runs
+    the kernel; off skips the check; anything else is a clear error. The mode
+    applies when a kernel is traced (its first call per signature)."""
+
+    @nki.jit
+    def both_write(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        c = nl.program_id(0)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=c * 1.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.ones((128, 4), dtype=np.float32)
+    with pytest.raises(NKIError, match="race on shared HBM"):
+        both_write[2](x)
+    monkeypatch.setenv("TORCH_NEURONX_NKI_HBM_RACES", "warn")
+    with pytest.warns(RuntimeWarning, match="race on shared HBM"):
+        out = both_write[2](x)
+    # One core's store lands last (which is what a race leaves undecided).
+    assert np.array_equal(out, x) or np.array_equal(out, x + 1)
+    monkeypatch.setenv("TORCH_NEURONX_NKI_HBM_RACES", "off")
+    assert both_write[2](x).shape == x.shape
+    monkeypatch.setenv("TORCH_NEURONX_NKI_HBM_RACES", "sometimes")
+    with pytest.raises(ValueError, match="TORCH_NEURONX_NKI_HBM_RACES"):
+        both_write[2](np.ones((128, 8), dtype=np.float32))  # a new trace: checked
