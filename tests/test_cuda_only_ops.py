@@ -210,9 +210,9 @@ def test_pin_memory_is_ignored_for_device_tensors():
 def test_an_op_without_any_kernel_names_neuron_not_the_cpu():
     q = torch.randn(1, 4, 2, 8, device=D)
     with pytest.raises(NotImplementedError) as e:
-        torch.ops.aten._flash_attention_forward(q, q, q, None, None, 4, 4, 0.0, False, False)
+        torch.ops.aten._efficient_attention_forward(q, q, q, None, None, None, 4, 4, 0.0, 0)
     msg = str(e.value)
-    assert "'aten::_flash_attention_forward'" in msg and "'neuron' backend" in msg
+    assert "'aten::_efficient_attention_forward'" in msg and "'neuron' backend" in msg
     assert "not supported on neuron" in msg and "'CPU' backend" not in msg
     assert (q + 1).sum().item() == pytest.approx((q.cpu() + 1).sum().item(), rel=1e-5)
 
