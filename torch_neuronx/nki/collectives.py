@@ -34,6 +34,7 @@ import numpy as np
 
 from . import layout, trace_state
 from .errors import NKIError
+from .logical_core import run_programs
 from .trace_state import HBM, PSUM, SBUF, current, error, user_location
 from .view import View
 
@@ -53,8 +54,6 @@ __all__ = [
     "run_distributed",
 ]
 
-_THREAD_STACK = 256 << 20  # NKI-lib kernels recurse deeply
-_JOIN_SECONDS = 3600.0  # a bound only: threads wait on nothing but each other
 # Per-rank shared_hbm allocations: each rank's counter starts here (the Nth
 # shared_hbm allocation of a rank's cores is one tensor; ranks differ).
 _SHARED_KEY_STRIDE = 1 << 40
@@ -201,40 +200,16 @@ class RankScheduler:
         t.ranks = self
         if self.lnc > 1:
             t.cores = self  # core_barrier / sendrecv meet here too
-        old = threading.stack_size()
+        programs = [
+            (f"nki-rank-{r}-core-{c}", self._main, (r, c, fn, *per_rank_args[r]))
+            for r in range(self.nranks)
+            for c in range(self.lnc)
+        ]
         try:
-            threading.stack_size(_THREAD_STACK)
-        except (ValueError, RuntimeError):  # pragma: no cover (platform limits)
-            pass
-        try:
-            threads = [
-                threading.Thread(
-                    target=self._main,
-                    args=(r, c, fn, *per_rank_args[r]),
-                    name=f"nki-rank-{r}-core-{c}",
-                    daemon=True,
-                )
-                for r in range(self.nranks)
-                for c in range(self.lnc)
-            ]
+            run_programs(self, programs, "a multi-rank kernel's programs")
         finally:
-            threading.stack_size(old)
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(_JOIN_SECONDS)
-        if any(th.is_alive() for th in threads):
-            with self.cond:
-                self.aborted = True
-                self.cond.notify_all()
-            for th in threads:
-                th.join(10.0)
-            raise NKIError("a multi-rank kernel's programs did not finish tracing")
-        t.ranks = None
-        t.cores = None
-        for e in self.errors:
-            if e is not None:
-                raise e
+            t.ranks = None
+            t.cores = None
         return self.results
 
     def _main(self, rank, core, fn, args, kwargs):

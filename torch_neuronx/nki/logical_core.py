@@ -35,6 +35,41 @@ _THREAD_STACK = 256 << 20
 _JOIN_SECONDS = 3600.0
 
 
+def run_programs(scheduler, programs, what: str) -> None:
+    """Runs each (thread name, target, args) of ``programs`` on a thread of its
+    own with a deep stack (the turnstile of ``scheduler`` lets one run at a
+    time), every wait bounded: threads still alive after the bound are told
+    to abort (``scheduler.aborted`` under ``scheduler.cond``) and are an
+    NKIError naming ``what``. Then raises the first error a program raised.
+    The LNC=2 cores here and collectives.py's ranks run through it."""
+    old_size = threading.stack_size()
+    try:
+        threading.stack_size(_THREAD_STACK)
+    except (ValueError, RuntimeError):  # pragma: no cover (platform limits)
+        pass
+    try:
+        threads = [
+            threading.Thread(target=target, args=args, name=name, daemon=True)
+            for name, target, args in programs
+        ]
+    finally:
+        threading.stack_size(old_size)
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(_JOIN_SECONDS)
+    if any(th.is_alive() for th in threads):
+        with scheduler.cond:
+            scheduler.aborted = True
+            scheduler.cond.notify_all()
+        for th in threads:
+            th.join(10.0)
+        raise NKIError(f"{what} did not finish tracing")
+    for e in scheduler.errors:
+        if e is not None:
+            raise e
+
+
 class _Aborted(BaseException):
     """Unwinds a core's thread when the other core failed."""
 
@@ -76,38 +111,17 @@ class Turnstile:
         each core's return value."""
         t = self.trace
         t.cores = self
-        old_size = threading.stack_size()
         try:
-            threading.stack_size(_THREAD_STACK)
-        except (ValueError, RuntimeError):  # pragma: no cover (platform limits)
-            pass
-        try:
-            threads = [
-                threading.Thread(
-                    target=self._core_main,
-                    args=(c, fn, args, kwargs),
-                    name=f"nki-core-{c}",
-                    daemon=True,
-                )
-                for c in range(self.ncores)
-            ]
+            run_programs(
+                self,
+                [
+                    (f"nki-core-{c}", self._core_main, (c, fn, args, kwargs))
+                    for c in range(self.ncores)
+                ],
+                "an LNC=2 kernel's cores",
+            )
         finally:
-            threading.stack_size(old_size)
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(_JOIN_SECONDS)
-        if any(th.is_alive() for th in threads):
-            with self.cond:
-                self.aborted = True
-                self.cond.notify_all()
-            for th in threads:
-                th.join(10.0)
-            raise NKIError("an LNC=2 kernel's cores did not finish tracing")
-        t.cores = None
-        for e in self.errors:
-            if e is not None:
-                raise e
+            t.cores = None
         return self.results
 
     def _core_main(self, core, fn, args, kwargs):
